@@ -1,0 +1,241 @@
+"""Policy-gradient estimators as small pure torch functions.
+
+Every trainer in `experiments.trainers` computes its advantages and losses with these functions, and
+`tests/test_estimators.py` pins them with the hand-checkable numbers of the seed chapter (two-armed bandit,
+GAE limits, PPO clip cases) and against the seed blog's loop implementation of RLOO.
+
+Conventions:
+- `rewards` are one scalar per completion, laid out group by group: `rewards.view(-1, group_size)` gives one
+  row per prompt (this is how TRL's `RepeatSampler` orders a generation batch).
+- Per-token tensors are `(B, T)` with a `mask` of the same shape, 1 on completion tokens and 0 on padding.
+  Completions are right-padded, so the valid tokens of a row are a prefix.
+- Losses are returned as quantities to *minimise*; the sign flip from "maximise expected reward" is done here.
+- NaN rewards mark unscorable completions (every reward function returned None). They are left out of the
+  baselines and get advantage 0, as in TRL's GRPOTrainer and RLOOTrainer.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "clipped_value_loss",
+    "explained_variance",
+    "group_baseline_advantages",
+    "kl_k1",
+    "masked_gae",
+    "masked_mean",
+    "masked_var",
+    "masked_whiten",
+    "policy_gradient_loss",
+    "ppo_clip_loss",
+    "rloo_advantages",
+]
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of `x` over the entries where `mask` is 1 (over all entries, or along `dim`)."""
+    mask = mask.to(x.dtype)
+    if dim is None:
+        return (x * mask).sum() / mask.sum().clamp(min=1.0)
+    return (x * mask).sum(dim) / mask.sum(dim).clamp(min=1.0)
+
+
+def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance of `x` over the masked entries (Bessel-corrected by default)."""
+    mean = masked_mean(x, mask)
+    n = mask.to(x.dtype).sum()
+    var = masked_mean((x - mean) ** 2, mask)
+    if unbiased:
+        var = var * n / (n - 1).clamp(min=1.0)
+    return var
+
+
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mean) / sqrt(var + eps) over the masked entries; masked-out entries are set to 0.
+
+    With `shift_mean=False` the mean is added back, so only the scale changes (used for rewards, whose sign
+    carries meaning).
+    """
+    mean, var = masked_mean(x, mask), masked_var(x, mask)
+    whitened = (x - mean) * torch.rsqrt(var + eps)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened * mask.to(x.dtype)
+
+
+def policy_gradient_loss(
+    per_token_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """REINFORCE surrogate loss, -E_y[ A(y) * log pi(y) ] with log pi(y) = sum_t log pi(y_t | y_<t).
+
+    Williams (1992): grad J = E[ sum_t grad log pi(y_t | s_t) * A ]. The loss sums the log-probabilities over the
+    tokens of each completion (the likelihood of the whole sequence) and averages over completions, so its
+    gradient is the Monte-Carlo estimate of -grad J over the batch. No per-token length normalisation: a long
+    completion carries as many gradient terms as it has tokens, exactly as in the estimator.
+
+    Args:
+        per_token_logps: `(B, T)` log pi(y_t | y_<t) of the sampled tokens.
+        advantages: `(B,)` one weight per completion (broadcast over its tokens), or `(B, T)` per token.
+        mask: `(B, T)`, 1 on completion tokens. None means all tokens count.
+    """
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(1)
+    weighted = advantages.detach() * per_token_logps
+    if mask is not None:
+        weighted = weighted * mask.to(weighted.dtype)
+    return -weighted.sum(dim=1).mean()
+
+
+def group_baseline_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """REINFORCE with a per-prompt mean baseline: A_i = r_i - mean_j r_j over the i-th completion's group.
+
+    This is the seed blog's baseline (`rewards - rewards.mean()` over the G completions of one prompt), i.e.
+    GRPO's advantage without the division by the group standard deviation. The mean includes r_i itself, so the
+    expected gradient is the true one scaled by (G-1)/G, a constant absorbed by the learning rate
+    (`rloo_advantages` is the exactly unbiased leave-one-out variant: it equals this times G/(G-1)).
+    """
+    grouped = rewards.view(-1, group_size)
+    baseline = torch.nanmean(grouped, dim=1, keepdim=True)
+    return torch.nan_to_num(grouped - baseline, nan=0.0).view(-1)
+
+
+def rloo_advantages(rewards: torch.Tensor, group_size: int, normalize: bool = False) -> torch.Tensor:
+    """REINFORCE Leave-One-Out (Ahmadian et al., 2024): A_i = r_i - 1/(G-1) * sum_{j != i} r_j.
+
+    Vectorised form of the seed blog's loop: the leave-one-out mean is (group_sum - r_i) / (G - 1). With
+    `normalize=True`, each group's advantages are whitened as in that loop, `(A - mean(A)) / (std(A) + 1e-8)`
+    with the unbiased std, and only when `std(A) > 1e-8`.
+
+    Unscorable completions (NaN rewards) are left out of their siblings' baselines and get advantage 0; a group
+    with fewer than two scorable completions has no baseline and gets advantage 0 throughout.
+    """
+    grouped = rewards.view(-1, group_size)
+    if group_size == 1:
+        return torch.zeros_like(rewards)
+    valid = ~torch.isnan(grouped)
+    count = valid.sum(dim=1, keepdim=True).to(grouped.dtype)
+    total = torch.nansum(grouped, dim=1, keepdim=True)
+    baseline = (total - grouped) / (count - 1)  # 0/0 = NaN for groups with one scorable completion
+    adv = grouped - baseline
+    if normalize:
+        adv_valid = torch.where(valid, adv, torch.nan)
+        mean = torch.nanmean(adv_valid, dim=1, keepdim=True)
+        std = ((adv_valid - mean) ** 2).nansum(dim=1, keepdim=True) / (count - 1).clamp(min=1.0)
+        std = std.sqrt()
+        adv = torch.where(std > 1e-8, (adv - mean) / (std + 1e-8), adv)
+    return torch.nan_to_num(adv, nan=0.0).view(-1)
+
+
+def kl_k1(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor, mask: torch.Tensor | None = None):
+    """Per-token k1 estimator of KL(pi || pi_ref): log pi(y_t) - log pi_ref(y_t), masked to 0 on padding.
+
+    Unbiased for the KL of the sampled sequence (its sum over tokens is log pi(y)/pi_ref(y)), but not
+    non-negative per sample; this is the estimator RLOO folds into the reward (Ahmadian et al., 2024), and the
+    per-token penalty of RLHF-style PPO.
+    """
+    kl = per_token_logps - ref_per_token_logps
+    if mask is not None:
+        kl = kl * mask.to(kl.dtype)
+    return kl
+
+
+@torch.no_grad()
+def masked_gae(
+    rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0, lam: float = 0.95
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised Advantage Estimation (Schulman et al., 2015) over right-padded token sequences.
+
+        delta_t = r_t + gamma * V(s_{t+1}) - V(s_t)
+        A_t     = delta_t + gamma * lam * A_{t+1}
+
+    The episode ends after the last valid token: V and A beyond it are 0 (no bootstrap). At lam = 0 this is the
+    one-step TD error; at lam = 1 it telescopes to G_t - V(s_t) with G_t = sum_{k>=t} gamma^(k-t) r_k.
+
+    Args:
+        rewards: `(B, T)` per-token rewards (for a terminal score, put it at the last valid token).
+        values: `(B, T)` V(s_t), the critic's value before token t is emitted.
+        mask: `(B, T)` 1 on valid tokens (a prefix of each row).
+
+    Returns:
+        `(advantages, returns)`, both `(B, T)` and 0 on padding; `returns = advantages + values`.
+    """
+    mask = mask.to(values.dtype)
+    values = values * mask
+    rewards = rewards * mask
+    T = rewards.size(1)
+    advantages = torch.zeros_like(values)
+    next_value = torch.zeros_like(values[:, 0])
+    next_adv = torch.zeros_like(values[:, 0])
+    for t in reversed(range(T)):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        adv_t = (delta + gamma * lam * next_adv) * mask[:, t]
+        advantages[:, t] = adv_t
+        # Padding positions reset the recursion, so the bootstrap after the last valid token is 0.
+        next_value, next_adv = values[:, t], adv_t
+    returns = (advantages + values) * mask
+    return advantages, returns
+
+
+def ppo_clip_loss(
+    per_token_logps: torch.Tensor,
+    old_per_token_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    epsilon_low: float = 0.2,
+    epsilon_high: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO clipped surrogate (Schulman et al., 2017), as a loss averaged over the masked tokens.
+
+        r_t = pi(y_t) / pi_old(y_t)
+        L   = -E_t[ min(r_t * A_t, clip(r_t, 1 - eps_low, 1 + eps_high) * A_t) ]
+
+    Returns the loss and detached diagnostics: `clipfrac` (share of tokens where the clipped term is the
+    active one) and `approx_kl` (the (r - 1) - log r estimator of KL(pi_old || pi), as in CleanRL).
+    """
+    epsilon_high = epsilon_low if epsilon_high is None else epsilon_high
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(1)
+    log_ratio = per_token_logps - old_per_token_logps
+    ratio = torch.exp(log_ratio)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high) * advantages
+    loss = masked_mean(-torch.min(unclipped, clipped), mask)
+    with torch.no_grad():
+        stats = {
+            "clipfrac": masked_mean((clipped < unclipped).to(ratio.dtype), mask),
+            "approx_kl": masked_mean((ratio - 1.0) - log_ratio, mask),
+            "ratio": masked_mean(ratio, mask),
+        }
+    return loss, stats
+
+
+def clipped_value_loss(
+    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, clip: float = 0.2
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped value loss: 0.5 * E_t[ max((V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2) ].
+
+    The clip keeps the critic from moving its predictions more than `clip` away from the values used to build
+    the advantages, mirroring the policy clip. Returns the loss and the share of tokens where the clipped term
+    is the larger one (`vf_clipfrac`).
+    """
+    clipped_values = old_values + torch.clamp(values - old_values, -clip, clip)
+    loss_unclipped = (values - returns) ** 2
+    loss_clipped = (clipped_values - returns) ** 2
+    loss = 0.5 * masked_mean(torch.max(loss_unclipped, loss_clipped), mask)
+    with torch.no_grad():
+        clipfrac = masked_mean((loss_clipped > loss_unclipped).to(values.dtype), mask)
+    return loss, clipfrac
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor | None = None) -> float:
+    """1 - Var[R - V] / Var[R]: 1 for a perfect critic, 0 for one that predicts a constant, < 0 if worse.
+
+    Returns NaN when the returns have zero variance (nothing to explain).
+    """
+    if mask is None:
+        mask = torch.ones_like(returns)
+    var_returns = masked_var(returns, mask)
+    if var_returns.item() == 0.0:
+        return float("nan")
+    return (1.0 - masked_var(returns - values, mask) / var_returns).item()
