@@ -1,0 +1,626 @@
+"""Pass@k evaluation of code LLMs: unbiased estimator, bootstrap CIs, generation + unit-test scoring, and a
+training callback.
+
+- `pass_at_k(n, c, k)` is the unbiased estimator of Chen et al. 2021 ("Evaluating Large Language Models Trained
+  on Code", arXiv:2107.03374): 1 - C(n-c, k) / C(n, k), computed as a running product so it never forms big
+  binomials.
+- `bootstrap_ci(values)` resamples *problems* (not samples) with a fixed-seed numpy Generator and returns the
+  percentile interval of the mean.
+- `evaluate_model(model, tokenizer, dataset)` samples `n_samples` completions per problem (plus one greedy
+  completion), scores each with `rewards.unit_test_reward` (the same definition of "passed" that training uses)
+  and returns an `EvalResult` with pass@k, greedy pass@1 and average reward, each with a 95% CI.
+- `PassAtKCallback` runs `evaluate_model` every N optimizer steps inside a `transformers.Trainer`, logs
+  `eval/*` scalars and keeps the best model in `<output_dir>/best`.
+
+Sampling uses exactly the given temperature / top_p (top_k disabled, no repetition penalty), not whatever the
+model's `generation_config` carries, so before/after numbers of different checkpoints are comparable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import TrainerCallback
+
+logger = logging.getLogger(__name__)
+
+# Per-problem rows keep the first completion for eyeballing; cap it so eval JSONs stay small.
+MAX_COMPLETION_CHARS = 400
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Estimators
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one problem with `n` samples of which `c` are correct (Chen et al. 2021).
+
+    1 - C(n-c, k)/C(n, k) = 1 - prod_{i=n-c+1}^{n} (1 - k/i), which stays in float range for any n.
+    """
+    if not (0 <= c <= n):
+        raise ValueError(f"need 0 <= c <= n, got n={n}, c={c}")
+    if not (1 <= k <= n):
+        raise ValueError(f"need 1 <= k <= n, got n={n}, k={k}")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def pass_at_k_per_problem(ns: Sequence[int], cs: Sequence[int], k: int) -> np.ndarray:
+    """Vector of per-problem unbiased pass@k estimates (mean it for the benchmark number)."""
+    if len(ns) != len(cs):
+        raise ValueError(f"ns and cs differ in length: {len(ns)} != {len(cs)}")
+    return np.array([pass_at_k(int(n), int(c), k) for n, c in zip(ns, cs)], dtype=float)
+
+
+def bootstrap_ci(
+    values: Sequence[float] | np.ndarray,
+    *,
+    n_bootstrap: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of the mean of per-problem `values`, resampling problems with replacement.
+
+    Deterministic for a given seed. Constant inputs (e.g. every problem passes) give a zero-width interval.
+    Empty input gives (nan, nan).
+    """
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
+        return (math.nan, math.nan)
+    if np.all(v == v[0]):
+        # Every resample has the same mean; skip the float noise of averaging identical numbers.
+        return (float(v[0]), float(v[0]))
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, v.size, size=(n_bootstrap, v.size))
+    means = v[idx].mean(axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
+    return (float(lo), float(hi))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate over problems with its bootstrap CI."""
+
+    value: float
+    ci_low: float
+    ci_high: float
+
+    @classmethod
+    def from_values(
+        cls, values: Sequence[float] | np.ndarray, *, n_bootstrap: int, confidence: float, seed: int
+    ) -> Estimate:
+        v = np.asarray(values, dtype=float)
+        lo, hi = bootstrap_ci(v, n_bootstrap=n_bootstrap, confidence=confidence, seed=seed)
+        return cls(float(v.mean()) if v.size else math.nan, lo, hi)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "ci": [self.ci_low, self.ci_high]}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Result containers
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ProblemResult:
+    """One problem's raw counts, enough to recompute any pass@k (k <= n) and to re-bootstrap."""
+
+    task_id: str
+    n: int
+    correct: int
+    rewards: list[float]
+    greedy_passed: bool | None
+    first_completion: str
+    n_truncated: int  # samples that hit max_new_tokens without EOS
+
+    @property
+    def mean_reward(self) -> float:
+        return float(np.mean(self.rewards)) if self.rewards else math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "n": self.n,
+            "correct": self.correct,
+            "rewards": list(self.rewards),
+            "mean_reward": self.mean_reward,
+            "greedy_passed": self.greedy_passed,
+            "n_truncated": self.n_truncated,
+            "first_completion": self.first_completion,
+        }
+
+
+@dataclass
+class EvalResult:
+    """Everything `evaluate_model` measured. `to_dict()` is the JSON written to eval_before/after.json.
+
+    Wall-clock figures live under `timing` so that two runs with the same seed differ only there.
+    """
+
+    pass_at_k: dict[str, Estimate]
+    greedy_pass_at_1: Estimate | None
+    avg_reward: Estimate
+    num_problems: int
+    n_samples: int
+    ks: list[int]
+    tokens_generated: int
+    generation_seconds: float
+    scoring_seconds: float
+    problems: list[ProblemResult]
+    settings: dict[str, Any] = field(default_factory=dict)
+    confidence: float = 0.95
+    n_bootstrap: int = 1000
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_generated / self.generation_seconds if self.generation_seconds > 0 else math.nan
+
+    @property
+    def metrics(self) -> dict[str, Estimate]:
+        """Flat name -> estimate map: pass@k..., greedy_pass@1 (if run), avg_reward."""
+        out = dict(self.pass_at_k)
+        if self.greedy_pass_at_1 is not None:
+            out["greedy_pass@1"] = self.greedy_pass_at_1
+        out["avg_reward"] = self.avg_reward
+        return out
+
+    def scalars(self, prefix: str = "eval/") -> dict[str, float]:
+        """Point values keyed for a trainer log, e.g. {"eval/pass@1": 0.4, "eval/avg_reward": 0.4}."""
+        return {f"{prefix}{name}": est.value for name, est in self.metrics.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "num_problems": self.num_problems,
+            "n": self.n_samples,
+            "ks": list(self.ks),
+            "confidence": self.confidence,
+            "n_bootstrap": self.n_bootstrap,
+            "metrics": {name: est.to_dict() for name, est in self.metrics.items()},
+            "tokens_generated": self.tokens_generated,
+            "settings": dict(self.settings),
+            "timing": {
+                "generation_s": self.generation_seconds,
+                "scoring_s": self.scoring_seconds,
+                "tokens_per_s": self.tokens_per_s,
+            },
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+
+def summarize(
+    problems: Sequence[ProblemResult],
+    ks: Iterable[int],
+    *,
+    n_bootstrap: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[dict[str, Estimate], Estimate | None, Estimate]:
+    """pass@k (each k <= every problem's n), greedy pass@1 and average reward, each with a bootstrap CI."""
+    ns = [p.n for p in problems]
+    cs = [p.correct for p in problems]
+    n_min = min(ns) if ns else 0
+    kw = {"n_bootstrap": n_bootstrap, "confidence": confidence, "seed": seed}
+    passk = {
+        f"pass@{k}": Estimate.from_values(pass_at_k_per_problem(ns, cs, k), **kw)
+        for k in sorted(set(ks))
+        if 1 <= k <= n_min
+    }
+    greedy = None
+    if problems and all(p.greedy_passed is not None for p in problems):
+        greedy = Estimate.from_values([float(p.greedy_passed) for p in problems], **kw)
+    # Mean over problems of the per-problem mean reward; with equal n per problem this equals the seed blog's
+    # mean over all samples, and it is the unit the bootstrap resamples.
+    avg = Estimate.from_values([p.mean_reward for p in problems], **kw)
+    return passk, greedy, avg
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Generation + scoring
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _row_fields(row: Mapping[str, Any], style: str) -> tuple[Any, str, str, str, str]:
+    """(prompt for generation, code prompt, test, entry point, task id) from an RL row or a raw HumanEval row."""
+    prompt = row["prompt"]
+    code_prompt = row.get("code_prompt")
+    if code_prompt is None:
+        if not isinstance(prompt, str):
+            raise ValueError("chat rows need a `code_prompt` column (experiments.data.to_rl_rows adds it)")
+        code_prompt = prompt  # raw HumanEval row: the prompt is the code prompt
+    if style == "chat" and isinstance(prompt, str):
+        from experiments.data import chat_messages  # the same chat prompt training rows get
+
+        prompt = chat_messages(code_prompt)
+    test = row.get("test")
+    if not test:
+        raise ValueError(f"row {row.get('task_id')!r} has no `test`; pass@k needs unit tests")
+    return prompt, code_prompt, test, row["entry_point"], str(row.get("task_id", ""))
+
+
+def _prompt_ids(tokenizer: Any, prompt: Any) -> list[int]:
+    # Mirrors TRL's _tokenize_prompts so eval sees the same tokens training saw.
+    if isinstance(prompt, str):
+        return list(tokenizer(prompt)["input_ids"])
+    text = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(gen_eos, int):
+        ids.add(gen_eos)
+    elif gen_eos:
+        ids.update(int(i) for i in gen_eos)
+    return sorted(ids)
+
+
+def _generate(
+    model: Any,
+    tokenizer: Any,
+    prompt_ids: list[list[int]],
+    *,
+    num_return_sequences: int,
+    do_sample: bool,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    batch_size: int,
+    progress: bool,
+    desc: str,
+) -> tuple[list[list[str]], int, list[list[bool]], float]:
+    """Generate for every prompt; returns (texts per prompt, tokens generated, hit-max flags, seconds)."""
+    from tqdm.auto import tqdm
+    from transformers import GenerationConfig
+
+    eos = _eos_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos[0] if eos else 0)
+    gen_kwargs: dict[str, Any] = {
+        "max_new_tokens": max_new_tokens,
+        "num_return_sequences": num_return_sequences,
+        "pad_token_id": pad,
+        "eos_token_id": eos or None,
+        "use_cache": True,
+    }
+    if do_sample:
+        gen_kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
+    else:
+        gen_kwargs.update(do_sample=False)
+    config = GenerationConfig(**gen_kwargs)
+    device = next(model.parameters()).device
+    eos_set = set(eos)
+
+    texts: list[list[str]] = []
+    hit_max: list[list[bool]] = []
+    n_tokens = 0
+    seconds = 0.0
+    starts = range(0, len(prompt_ids), batch_size)
+    for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
+        batch = prompt_ids[start : start + batch_size]
+        width = max(len(p) for p in batch)
+        input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for i, ids in enumerate(batch):  # left padding: generation continues right after the prompt
+            input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[i, width - len(ids) :] = 1
+        t0 = time.perf_counter()
+        out = model.generate(
+            input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=config
+        )
+        seconds += time.perf_counter() - t0
+        gen = out[:, width:].tolist()
+        for i in range(len(batch)):
+            row_texts, row_hit = [], []
+            for j in range(num_return_sequences):
+                ids = gen[i * num_return_sequences + j]
+                stop = next((t for t, tok in enumerate(ids) if tok in eos_set), None)
+                length = len(ids) if stop is None else stop + 1
+                n_tokens += length
+                row_hit.append(stop is None and length >= max_new_tokens)
+                row_texts.append(tokenizer.decode(ids[:length], skip_special_tokens=True))
+            texts.append(row_texts)
+            hit_max.append(row_hit)
+    return texts, n_tokens, hit_max, seconds
+
+
+def _make_reward(sandbox_kwargs: Mapping[str, Any] | None) -> Any:
+    import rewards
+
+    if sandbox_kwargs:
+        return rewards.make_unit_test_reward(**dict(sandbox_kwargs))
+    return rewards.unit_test_reward
+
+
+def _as_completion(text: str, chat: bool) -> Any:
+    # TRL hands chat completions to reward functions as a message list; keep that shape here.
+    return [{"role": "assistant", "content": text}] if chat else text
+
+
+def evaluate_model(
+    model: Any,
+    tokenizer: Any,
+    dataset: Iterable[Mapping[str, Any]],
+    *,
+    n_samples: int = 5,
+    ks: Sequence[int] = (1, 5),
+    temperature: float = 0.7,
+    top_p: float = 0.9,
+    max_new_tokens: int = 256,
+    greedy: bool = True,
+    seed: int = 0,
+    batch_size: int = 8,
+    style: str = "completion",
+    sandbox_kwargs: Mapping[str, Any] | None = None,
+    progress: bool = True,
+    n_bootstrap: int = 1000,
+    confidence: float = 0.95,
+) -> EvalResult:
+    """Sample `n_samples` completions per problem (plus one greedy if `greedy`), run the unit tests, and
+    report unbiased pass@k for each k <= n_samples, greedy pass@1 and average reward, with bootstrap CIs.
+
+    Rows carry `prompt`, `test`, `entry_point`, `task_id` and `code_prompt` (RL rows from
+    `experiments.data.to_rl_rows`); raw HumanEval rows without `code_prompt` use `prompt` as the code prompt.
+    `batch_size` counts prompts per `generate` call (each yields `n_samples` sequences). Sampling runs under
+    `torch.random.fork_rng` seeded with `seed`, so results are deterministic on CPU and the caller's RNG stream
+    (e.g. a training run) is left untouched. The model's train/eval mode is restored afterwards.
+    """
+    if style not in ("completion", "chat"):
+        raise ValueError(f"style must be 'completion' or 'chat', got {style!r}")
+    if n_samples < 1:
+        raise ValueError("n_samples must be >= 1")
+    skipped = [k for k in ks if k > n_samples]
+    if skipped:
+        logger.warning("pass@k for k=%s skipped: k > n_samples=%d", skipped, n_samples)
+
+    rows = [_row_fields(r, style) for r in dataset]
+    prompts = [r[0] for r in rows]
+    ids = [_prompt_ids(tokenizer, p) for p in prompts]
+    chat = [not isinstance(p, str) for p in prompts]
+
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    fork_devices = [device.index or 0] if device.type == "cuda" else []
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=fork_devices):
+            torch.manual_seed(seed)
+            common = {"max_new_tokens": max_new_tokens, "batch_size": batch_size, "progress": progress}
+            samples, tok_s, hit_s, sec_s = _generate(
+                model, tokenizer, ids, num_return_sequences=n_samples, do_sample=True,
+                temperature=temperature, top_p=top_p, desc=f"pass@k sampling (n={n_samples})", **common,
+            )  # fmt: skip
+            greedy_texts: list[list[str]] = [[] for _ in rows]
+            tok_g, sec_g = 0, 0.0
+            if greedy:
+                greedy_texts, tok_g, _, sec_g = _generate(
+                    model, tokenizer, ids, num_return_sequences=1, do_sample=False,
+                    temperature=1.0, top_p=1.0, desc="greedy", **common,
+                )  # fmt: skip
+    finally:
+        model.train(was_training)
+
+    # One batched scoring call: the sandbox parallelises across all samples of all problems.
+    flat_prompts, flat_completions, tests, entry_points, code_prompts, task_ids = [], [], [], [], [], []
+    for i, (prompt, code_prompt, test, entry_point, task_id) in enumerate(rows):
+        for text in samples[i] + greedy_texts[i]:
+            flat_prompts.append(prompt)
+            flat_completions.append(_as_completion(text, chat[i]))
+            tests.append(test)
+            entry_points.append(entry_point)
+            code_prompts.append(code_prompt)
+            task_ids.append(task_id)
+    reward = _make_reward(sandbox_kwargs)
+    t0 = time.perf_counter()
+    scores = reward.score(
+        flat_prompts, flat_completions, test=tests, entry_point=entry_points,
+        code_prompt=code_prompts, task_id=task_ids,
+    )  # fmt: skip
+    scoring_seconds = time.perf_counter() - t0
+    if len(scores) != len(flat_completions):
+        raise RuntimeError(f"reward returned {len(scores)} scores for {len(flat_completions)} completions")
+
+    problems: list[ProblemResult] = []
+    pos = 0
+    per_problem = n_samples + (1 if greedy else 0)
+    for i, row in enumerate(rows):
+        chunk = scores[pos : pos + per_problem]
+        pos += per_problem
+        if any(s is None for s in chunk):
+            raise RuntimeError(f"reward returned None for {row[4]!r}, whose row has a test")
+        sample_rewards = [float(s) for s in chunk[:n_samples]]
+        problems.append(
+            ProblemResult(
+                task_id=row[4],
+                n=n_samples,
+                correct=sum(r >= 1.0 for r in sample_rewards),
+                rewards=sample_rewards,
+                greedy_passed=bool(chunk[n_samples] >= 1.0) if greedy else None,
+                first_completion=samples[i][0][:MAX_COMPLETION_CHARS],
+                n_truncated=sum(hit_s[i]),
+            )
+        )
+
+    passk, greedy_est, avg = summarize(
+        problems, ks, n_bootstrap=n_bootstrap, confidence=confidence, seed=seed
+    )
+    return EvalResult(
+        pass_at_k=passk,
+        greedy_pass_at_1=greedy_est,
+        avg_reward=avg,
+        num_problems=len(problems),
+        n_samples=n_samples,
+        ks=[k for k in sorted(set(ks)) if k <= n_samples],
+        tokens_generated=tok_s + tok_g,
+        generation_seconds=sec_s + sec_g,
+        scoring_seconds=scoring_seconds,
+        problems=problems,
+        settings={
+            "temperature": temperature,
+            "top_p": top_p,
+            "max_new_tokens": max_new_tokens,
+            "greedy": greedy,
+            "seed": seed,
+            "style": style,
+            "batch_size": batch_size,
+        },
+        confidence=confidence,
+        n_bootstrap=n_bootstrap,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Training callback
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _unwrap(model: Any) -> Any:
+    # DDP / DataParallel / accelerate wrappers keep the real model in `.module`.
+    while hasattr(model, "module") and isinstance(model.module, torch.nn.Module):
+        model = model.module
+    return model
+
+
+def _is_sharded(args: Any, model: Any) -> bool:
+    if getattr(args, "fsdp", None) or "FullyShardedDataParallel" in type(model).__name__:
+        return True
+    first = next(iter(model.parameters()), None)
+    return first is not None and hasattr(first, "ds_id")  # DeepSpeed ZeRO-3 partitioned parameter
+
+
+class PassAtKCallback(TrainerCallback):
+    """Evaluate pass@k every `every_n_steps` optimizer steps and at the end of training; keep the best model.
+
+    Logged per evaluation (appended to `state.log_history`, hence in trainer_state.json, at the current
+    global step): `eval/pass@k` for each k, `eval/greedy_pass@1`, `eval/avg_reward`. When "tensorboard" is in
+    `args.report_to` the same scalars go to a SummaryWriter in `<logging dir>/pass_at_k`, which TensorBoard
+    shows as a sibling run next to the trainer's own. When `metric` improves (strictly), the unwrapped model
+    (the adapter, for PEFT) and tokenizer are saved to `<output_dir>/best` with `best/eval.json`.
+
+    Multi-process: only the world main process evaluates and saves; the others wait at a barrier, so the
+    evaluation must finish within `args.ddp_timeout`. This is exact for DDP, where every rank holds the full
+    weights. Sharded setups (FSDP, DeepSpeed ZeRO-3) would deadlock in main-only generation and are refused;
+    evaluate their saved checkpoints offline with `evaluate_model` instead.
+
+    Args:
+        eval_dataset: rows for `evaluate_model`.
+        tokenizer: the tokenizer; None takes the trainer's `processing_class`.
+        every_n_steps: evaluation period in optimizer steps.
+        output_dir: where `best/` goes; None means `args.output_dir`.
+        metric: which of the logged names (without `eval/`) selects the best model; higher is better.
+        **evaluate_kwargs: forwarded to `evaluate_model` (n_samples, ks, temperature, ...). progress
+            defaults to False here.
+    """
+
+    def __init__(
+        self,
+        eval_dataset: Any,
+        tokenizer: Any = None,
+        every_n_steps: int = 50,
+        output_dir: str | os.PathLike | None = None,
+        metric: str = "pass@1",
+        **evaluate_kwargs: Any,
+    ) -> None:
+        if isinstance(tokenizer, int):
+            raise TypeError(
+                "PassAtKCallback(eval_dataset, tokenizer, every_n_steps, ...): pass every_n_steps by name"
+            )
+        if every_n_steps < 1:
+            raise ValueError("every_n_steps must be >= 1")
+        self.eval_dataset = eval_dataset
+        self.tokenizer = tokenizer
+        self.every_n_steps = every_n_steps
+        self.output_dir = Path(output_dir) if output_dir is not None else None
+        self.metric = metric
+        self.evaluate_kwargs = {"progress": False, **evaluate_kwargs}
+        self.best_step: int | None = None
+        self.best_metric: float | None = None
+        self.history: list[dict[str, float]] = []  # one flat dict per evaluation, with "step"
+        self._last_step: int | None = None
+        self._tb_writer: Any = None
+
+    # -- hooks ------------------------------------------------------------------------------------------------
+    def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
+        model = kwargs.get("model")
+        if model is not None and _is_sharded(args, model):
+            raise NotImplementedError(
+                "PassAtKCallback evaluates on the main process only; FSDP / ZeRO-3 shard the weights across ranks. "
+                "Evaluate saved checkpoints offline with experiments.evaluation.evaluate_model."
+            )
+
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: D102
+        step = state.global_step
+        if step % self.every_n_steps == 0 or (state.max_steps and step >= state.max_steps):
+            self._evaluate(args, state, **kwargs)
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):  # noqa: D102
+        # Covers runs stopped early (control.should_training_stop) between two evaluation steps.
+        if self._last_step != state.global_step:
+            self._evaluate(args, state, **kwargs)
+        if self._tb_writer is not None:
+            self._tb_writer.close()
+            self._tb_writer = None
+
+    # -- internals --------------------------------------------------------------------------------------------
+    def _evaluate(self, args: Any, state: Any, **kwargs: Any) -> None:
+        step = state.global_step
+        if self._last_step == step:
+            return
+        self._last_step = step
+        if state.is_world_process_zero:
+            model = _unwrap(kwargs["model"])
+            tokenizer = self.tokenizer if self.tokenizer is not None else kwargs.get("processing_class")
+            result = evaluate_model(model, tokenizer, self.eval_dataset, **self.evaluate_kwargs)
+            scalars = result.scalars("eval/")
+            self.history.append({**scalars, "step": step})
+            state.log_history.append({**scalars, "step": step})
+            self._log_tensorboard(args, scalars, step)
+            logger.info("step %d: %s", step, ", ".join(f"{k}={v:.4f}" for k, v in scalars.items()))
+            key = f"eval/{self.metric}"
+            if key not in scalars:
+                raise KeyError(f"metric {self.metric!r} not among {sorted(scalars)}")
+            if self.best_metric is None or scalars[key] > self.best_metric:
+                self.best_metric, self.best_step = scalars[key], step
+                self._save_best(args, model, tokenizer, result, step)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.barrier()
+
+    def _save_best(self, args: Any, model: Any, tokenizer: Any, result: EvalResult, step: int) -> None:
+        best = (self.output_dir or Path(args.output_dir)) / "best"
+        best.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(best)  # a PeftModel writes only its adapter here
+        if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
+            tokenizer.save_pretrained(best)
+        meta = {"step": step, "metric": self.metric, "value": self.best_metric, "eval": result.to_dict()}
+        (best / "eval.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+
+    def _log_tensorboard(self, args: Any, scalars: dict[str, float], step: int) -> None:
+        report_to = args.report_to if isinstance(args.report_to, list | tuple) else [args.report_to]
+        if "tensorboard" not in report_to and "all" not in report_to:
+            return
+        if self._tb_writer is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # tensorboard not installed: trainer_state.json still has the numbers
+                return
+            base = os.environ.get("TENSORBOARD_LOGGING_DIR") or os.path.join(args.output_dir, "runs")
+            self._tb_writer = SummaryWriter(log_dir=os.path.join(base, "pass_at_k"))
+        for name, value in scalars.items():
+            self._tb_writer.add_scalar(name, value, step)
+        self._tb_writer.flush()
