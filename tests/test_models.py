@@ -17,6 +17,7 @@ from experiments.models import (
     PAD_TOKEN,
     ModelError,
     build_tiny_model,
+    load_model_and_tokenizer,
     resolve_model,
     smollm2_path,
     tiny_model_path,
@@ -132,7 +133,9 @@ def test_tiny_model_path_honours_passk_cache(tmp_path, monkeypatch):
     assert path.is_relative_to(tmp_path / "env-cache")
 
 
-def test_resolve_model_local_and_tiny(tiny_model_dir, tmp_path):
+def test_resolve_model_local_and_tiny(tiny_model_dir, passk_cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("PASSK_CACHE", str(passk_cache))
+    assert resolve_model("tiny") == str(tiny_model_dir)  # same build arguments, same cached folder
     assert resolve_model(str(tiny_model_dir)) == str(tiny_model_dir)
     assert resolve_model(tiny_model_dir) == str(tiny_model_dir)
     target = tmp_path / "built-here"
@@ -160,6 +163,14 @@ def test_resolve_model_hub_id_passes_through_when_online(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")
     assert resolve_model("Qwen/Qwen2.5-Coder-1.5B-Instruct") == "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+
+
+def test_load_model_and_tokenizer_is_ready_for_generation(tiny_model_dir):
+    import torch
+
+    model, tokenizer = load_model_and_tokenizer(tiny_model_dir, dtype=torch.bfloat16)
+    assert not model.training and model.dtype == torch.bfloat16
+    assert tokenizer.padding_side == "left" and tokenizer.pad_token == PAD_TOKEN
 
 
 def test_resolve_model_rejects_folders_without_config(tmp_path):
