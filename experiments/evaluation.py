@@ -298,6 +298,9 @@ def _generate(
         "eos_token_id": eos or None,
         "use_cache": True,
     }
+    # generate() fills every field left None from model.generation_config (Qwen2.5 ships top_k=20 and a
+    # repetition penalty); pin them so the eval samples exactly what it reports.
+    gen_kwargs["repetition_penalty"] = 1.0
     if do_sample:
         gen_kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
     else:
