@@ -215,36 +215,22 @@ def build_tiny_model(
         {
             "kind": "tiny",
             "recipe_version": RECIPE_VERSION,
-            "args": _tiny_args(
-                seed,
-                vocab_size,
-                hidden_size,
-                num_layers,
-                num_heads,
-                num_kv_heads,
-                intermediate_size,
-                max_position_embeddings,
-            ),
+            "args": {
+                "seed": seed,
+                "vocab_size": vocab_size,
+                "hidden_size": hidden_size,
+                "num_layers": num_layers,
+                "num_heads": num_heads,
+                "num_kv_heads": num_kv_heads,
+                "intermediate_size": intermediate_size,
+                "max_position_embeddings": max_position_embeddings,
+            },
             "corpus_sha256": _corpus_sha256(texts),
             "corpus_texts": len(texts),
             "n_params": sum(p.numel() for p in model.parameters()),
         },
     )
     return out
-
-
-def _tiny_args(*values: Any) -> dict[str, Any]:
-    names = (
-        "seed",
-        "vocab_size",
-        "hidden_size",
-        "num_layers",
-        "num_heads",
-        "num_kv_heads",
-        "intermediate_size",
-        "max_position_embeddings",
-    )
-    return dict(zip(names, values, strict=True))
 
 
 def _corpus_sha256(texts: list[str]) -> str:
