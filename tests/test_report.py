@@ -57,7 +57,9 @@ def _write_run(
 ) -> Path:
     path.mkdir(parents=True)
     (path / "run.json").write_text(
-        json.dumps({"method": method, "seed": seed, "wall_time_s": wall, "tokens_per_s": 250.0, "model": "tiny"})
+        json.dumps(
+            {"method": method, "seed": seed, "wall_time_s": wall, "tokens_per_s": 250.0, "model": "tiny"}
+        )
     )
     if before is not None:
         (path / "eval_before.json").write_text(json.dumps(before))

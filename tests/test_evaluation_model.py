@@ -1,0 +1,152 @@
+"""evaluate_model end to end on the tiny offline model and 3 HumanEval problems, scored by the real sandbox.
+
+A scripted "model" that emits the canonical solutions must score pass@k = 1.0 and one that emits a wrong body
+0.0: together they show that generation, decoding, code extraction and execution are wired correctly.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from experiments.evaluation import _prompt_ids, evaluate_model
+
+FAST = {"max_new_tokens": 24, "batch_size": 2, "progress": False}
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir), AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def raw3(humaneval):
+    return humaneval.select(range(3))
+
+
+@pytest.fixture(scope="module")
+def rows3(raw3):
+    from experiments.data import to_rl_rows
+
+    return to_rl_rows(raw3, style="completion")
+
+
+def _strip_timing(d: dict) -> dict:
+    return {k: v for k, v in d.items() if k != "timing"}
+
+
+def test_structure_determinism_and_mode_restore(tiny, rows3) -> None:
+    model, tok = tiny
+    model.train()
+    torch.manual_seed(1234)
+    expected_next = torch.rand(3)
+    torch.manual_seed(1234)
+    res = evaluate_model(model, tok, rows3, n_samples=2, ks=(1, 2, 5), seed=3, **FAST)
+    assert torch.equal(torch.rand(3), expected_next), "evaluation must not move the caller's RNG stream"
+    assert model.training, "the model's train mode must be restored"
+
+    d = res.to_dict()
+    json.dumps(d)  # JSON-serialisable
+    assert d["num_problems"] == 3 and d["n"] == 2 and d["ks"] == [1, 2]  # k=5 > n is dropped
+    assert set(d["metrics"]) == {"pass@1", "pass@2", "greedy_pass@1", "avg_reward"}
+    for est in d["metrics"].values():
+        assert 0.0 <= est["ci"][0] <= est["value"] <= est["ci"][1] <= 1.0
+    assert [p["task_id"] for p in d["problems"]] == list(rows3["task_id"])
+    for p in d["problems"]:
+        assert p["n"] == 2 and len(p["rewards"]) == 2 and 0 <= p["correct"] <= 2
+        assert isinstance(p["greedy_passed"], bool) and isinstance(p["first_completion"], str)
+    # 3 problems x (2 samples + 1 greedy), each between 1 and 24 tokens.
+    assert 9 <= d["tokens_generated"] <= 9 * 24
+    assert d["timing"]["tokens_per_s"] > 0
+
+    again = evaluate_model(model, tok, rows3, n_samples=2, ks=(1, 2, 5), seed=3, **FAST).to_dict()
+    assert _strip_timing(again) == _strip_timing(d)
+    other = evaluate_model(model, tok, rows3, n_samples=2, ks=(1, 2), seed=4, greedy=False, **FAST).to_dict()
+    assert "greedy_pass@1" not in other["metrics"]
+    assert [p["first_completion"] for p in other["problems"]] != [
+        p["first_completion"] for p in d["problems"]
+    ]
+
+
+class ScriptedModel(torch.nn.Module):
+    """Answers each known prompt with fixed completion token ids, padded like `generate` pads."""
+
+    def __init__(self, answers: dict[tuple[int, ...], list[int]], pad_id: int) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))  # evaluate_model reads the device from parameters
+        self.answers, self.pad_id = answers, pad_id
+        self.calls: list[dict] = []
+
+    def generate(self, input_ids, attention_mask, generation_config):
+        self.calls.append({"do_sample": generation_config.do_sample, "batch": input_ids.shape[0]})
+        outs = []
+        for ids, mask in zip(input_ids.tolist(), attention_mask.tolist()):
+            assert mask[-1] == 1, "prompts must be left-padded"
+            answer = self.answers[tuple(i for i, m in zip(ids, mask) if m)]
+            outs += [ids + answer] * generation_config.num_return_sequences
+        width = max(map(len, outs))
+        return torch.tensor([o + [self.pad_id] * (width - len(o)) for o in outs])
+
+
+def _scripted(tok, rows, texts: list[str]) -> ScriptedModel:
+    answers = {
+        tuple(_prompt_ids(tok, row["prompt"])): tok(text, add_special_tokens=False)["input_ids"]
+        + [tok.eos_token_id]
+        for row, text in zip(rows, texts)
+    }
+    return ScriptedModel(answers, tok.pad_token_id)
+
+
+def test_canonical_solutions_score_one_and_wrong_bodies_zero(tiny, rows3, raw3) -> None:
+    _, tok = tiny
+    canon = list(raw3["canonical_solution"])
+    assert all(tok.decode(tok(c, add_special_tokens=False)["input_ids"]) == c for c in canon)  # lossless BPE
+
+    good = _scripted(tok, rows3, canon)
+    res = evaluate_model(good, tok, rows3, n_samples=2, ks=(1, 2), **FAST)
+    assert res.pass_at_k["pass@1"].value == 1.0 and res.pass_at_k["pass@2"].value == 1.0
+    assert res.greedy_pass_at_1.value == 1.0 and res.avg_reward.value == 1.0
+    assert (res.pass_at_k["pass@1"].ci_low, res.pass_at_k["pass@1"].ci_high) == (1.0, 1.0)
+    assert res.problems[0].first_completion == canon[0]
+    assert [c["do_sample"] for c in good.calls] == [True, True, False, False]  # 3 prompts in batches of 2
+    # 3 problems x 3 completions, each canonical + eos
+    per = [len(tok(c, add_special_tokens=False)["input_ids"]) + 1 for c in canon]
+    assert res.tokens_generated == 3 * sum(per)
+
+    bad = _scripted(tok, rows3, ["    return None\n"] * 3)
+    res_bad = evaluate_model(bad, tok, rows3, n_samples=2, ks=(1, 2), **FAST)
+    assert res_bad.pass_at_k["pass@1"].value == 0.0 and res_bad.greedy_pass_at_1.value == 0.0
+
+    # Mixed: problem 0 right, others wrong -> every estimate is exactly 1/3.
+    mixed = _scripted(tok, rows3, [canon[0], "    return None\n", "    return None\n"])
+    res_mixed = evaluate_model(mixed, tok, rows3, n_samples=2, ks=(1, 2), **FAST)
+    assert [p.correct for p in res_mixed.problems] == [2, 0, 0]
+    assert res_mixed.pass_at_k["pass@2"].value == pytest.approx(1 / 3)
+
+
+def test_chat_style_and_raw_rows(tiny, raw3) -> None:
+    _, tok = tiny
+    from experiments.data import chat_messages
+
+    # Raw HumanEval rows (no code_prompt) in chat style: the prompt becomes the standard chat prompt.
+    fenced = [f"```python\n{p}{c}```" for p, c in zip(raw3["prompt"], raw3["canonical_solution"])]
+    chat_rows = [{**row, "prompt": chat_messages(row["prompt"])} for row in raw3]
+    model = _scripted(tok, chat_rows, fenced)
+    res = evaluate_model(model, tok, raw3, n_samples=1, ks=(1,), style="chat", **FAST)
+    assert res.pass_at_k["pass@1"].value == 1.0 and res.greedy_pass_at_1.value == 1.0
+
+    # Raw rows in completion style: the prompt itself is the code prompt.
+    model = _scripted(tok, list(raw3), list(raw3["canonical_solution"]))
+    res = evaluate_model(model, tok, raw3, n_samples=1, ks=(1,), **FAST)
+    assert res.pass_at_k["pass@1"].value == 1.0
+
+
+def test_rows_without_tests_are_rejected(tiny, raw3) -> None:
+    model, tok = tiny
+    rows = [{**raw3[0], "test": ""}]
+    with pytest.raises(ValueError, match="no `test`"):
+        evaluate_model(model, tok, rows, n_samples=1, ks=(1,), **FAST)
