@@ -147,7 +147,7 @@ def build_tiny_model(
     num_heads: int = 4,
     num_kv_heads: int = 2,
     intermediate_size: int | None = None,
-    max_position_embeddings: int = 512,
+    max_position_embeddings: int = 2048,
     corpus: Iterable[str] | None = None,
 ) -> Path:
     """Build a small random Qwen2 causal LM and its tokenizer into `out_dir`, with no network.
