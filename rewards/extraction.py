@@ -4,16 +4,18 @@ The seed blog warns that brittle extraction "can silently inject noise" into the
 therefore explicit, and every failure carries a stable reason string that the reward functions count in their
 metrics (``<prefix>/extract_<reason>_frac``):
 
-* **Completion style** (a text completion without fences): the program is ``code_prompt + completion``, cut at
-  the first top-level statement after the prompt's function (the usual HumanEval stop rule, done with the
-  tokenizer so that a column-0 line inside a multi-line string does not cut).
-* **Chat style** (conversational completions, or any text that contains a ```` ``` ```` fence): the last
-  ```` ```python ```` block (an untagged block if there is no tagged one). If the block defines the entry point
-  it runs after the whole code prompt, which keeps the prompt's imports and helpers (HumanEval/32's ``poly``);
-  otherwise it is taken as the function's body and appended to the prompt (a flush-left body with a
-  column-0 ``return`` is indented into place; other flush-left code runs after the prompt as written).
-* **Bare code** (chat content without fences, or a text completion that starts at column 0): the same as a
-  chat block, provided it parses as Python.
+The reading is chosen by the content, the same for text and conversational completions:
+
+* **Chat style** (the completion contains a ```` ``` ```` fence): the last ```` ```python ```` block (an
+  untagged block if there is no tagged one). If the block defines the entry point it runs after the whole
+  code prompt, which keeps the prompt's imports and helpers (HumanEval/32's ``poly``); otherwise it is taken
+  as the function's body and appended to the prompt (a flush-left body with a column-0 ``return`` is
+  indented into place; other flush-left code runs after the prompt as written).
+* **Completion style** (no fence, the first code line is indented): the program is ``code_prompt +
+  completion``, cut at the first top-level statement after the prompt's function (the usual HumanEval stop
+  rule, done with the tokenizer so that a column-0 line inside a multi-line string does not cut).
+* **Bare code** (no fence, starts at column 0): taken like a chat block if it parses and defines the entry
+  point; otherwise it is prose (``no_code``).
 * **Garbage** scores 0.0 with a reason: ``empty``, ``no_code``, ``unbalanced_fence`` (an odd number of
   ```` ``` ````), ``nul_byte``, ``bad_encoding`` (bytes that are not UTF-8, lone surrogates, or U+FFFD left by a
   lossy byte decode) and ``no_signature`` (a block without the function and no code prompt to complete).
@@ -243,17 +245,16 @@ def extract_code(
         prompt_code: the HumanEval-style code prompt (imports, helpers, signature and docstring), or None.
         completion: a text completion, or a conversational one (``[{"role": "assistant", "content": ...}]``).
         entry_point: the function the tests call, or None (then any code block is taken as complete).
-        style: ``"auto"`` (default) picks by the completion's shape; ``"completion"`` forces prompt +
-            continuation; ``"chat"`` forces code-block extraction.
+        style: ``"auto"`` (default) picks by the content as described above; ``"completion"`` forces prompt +
+            continuation (fences included); ``"chat"`` forces block or bare-code extraction.
 
     Returns:
         An :class:`Extraction`; ``.ok`` is False, with a reason, for garbage.
     """
     if style not in ("auto", "completion", "chat"):
         raise ValueError(f"style must be 'auto', 'completion' or 'chat', got {style!r}")
-    conversational = not isinstance(completion, str | bytes | None)
     text = completion_text(completion)
-    read_as = "chat" if conversational else "completion"
+    read_as = "completion" if isinstance(completion, str | bytes | None) else "chat"
     if text is None:
         return Extraction("", "empty", read_as)
     reason, text = _encoding_problem(text)
@@ -264,11 +265,7 @@ def extract_code(
 
     prompt = prompt_code or ""
     fenced = _FENCE in text
-    if style == "chat" or (style == "auto" and (fenced or conversational)):
-        if not fenced:
-            if not _parses(text):
-                return Extraction("", "no_code", "bare", text)
-            return _from_code(text, prompt_code, entry_point, "bare")
+    if fenced and style != "completion":
         blocks = _fenced_blocks(text)
         if blocks is None:
             return Extraction("", "unbalanced_fence", "chat", text)
@@ -276,16 +273,20 @@ def extract_code(
         if block is None:
             return Extraction("", "no_code", "chat", text)
         return _from_code(block, prompt_code, entry_point, "chat")
+    if style == "chat":
+        if not _parses(text):
+            return Extraction("", "no_code", "bare", text)
+        return _from_code(text, prompt_code, entry_point, "bare")
 
-    # Completion style. A completion that starts at column 0 is not a continuation of the body: it either
-    # rewrites the whole function (take it as bare code if it parses) or it is prose.
+    # No fences, text or chat alike. An indented first line continues the prompt's function body; a
+    # column-0 start either rewrites the whole function (bare code, if it parses) or is prose.
     first = _first_code_line(text)
-    if first is not None and not first[:1].isspace() and prompt.endswith("\n"):
+    if first is None:  # only comments
+        return Extraction("", "no_code", "completion", text)
+    flush_left = not first[:1].isspace() and (prompt.endswith("\n") or not prompt)
+    if flush_left and style == "auto":
         if _defines(text, entry_point) and _parses(text):
             return _from_code(text, prompt_code, entry_point, "bare")
-        if style == "auto":
-            return Extraction("", "no_code", "completion", text)
-    if first is None:  # only comments
         return Extraction("", "no_code", "completion", text)
     kept, cut = _cut_after_function(prompt, text)
     return Extraction(prompt + kept, "ok", "completion", kept, cut)
