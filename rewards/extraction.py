@@ -177,12 +177,14 @@ def _cut_after_function(prompt: str, completion: str) -> tuple[str, bool]:
     Returns ``(kept_completion, was_cut)``. A tokenizer error before any cut point keeps the whole completion
     (the sandbox will report the syntax error); an error after the cut point does not matter.
     """
-    program = prompt + completion
-    # Lines are 1-based; tokens that start on or before the prompt's last line belong to the prompt.
+    # Split on "\n" only (as tokenize does; str.splitlines would also split on \x0c, \u2028...), so that
+    # token rows and the lines we cut are the same lines. extract_code already turned \r into \n.
+    lines = io.StringIO(prompt + completion).readlines()
+    # Rows are 1-based; tokens that start on or before the prompt's last line belong to the prompt.
     prompt_lines = prompt.count("\n") + (0 if prompt.endswith("\n") or not prompt else 1)
     cut_line = None
     try:
-        for tok in tokenize.generate_tokens(io.StringIO(program).readline):
+        for tok in tokenize.generate_tokens(iter(lines).__next__):
             if tok.type in _SKIP_TOKENS:
                 continue
             row, col = tok.start
@@ -193,9 +195,12 @@ def _cut_after_function(prompt: str, completion: str) -> tuple[str, bool]:
         pass
     if cut_line is None:
         return completion, False
-    lines = program.splitlines(keepends=True)
     kept = "".join(lines[: cut_line - 1])
     return kept[len(prompt):], True
+
+
+def _universal_newlines(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
 
 
 def _join(prompt: str, code: str) -> str:
@@ -262,8 +267,10 @@ def extract_code(
         return Extraction("", reason, read_as)
     if not text.strip():
         return Extraction("", "empty", read_as)
-
-    prompt = prompt_code or ""
+    # Python reads a lone \r as a line break; normalise so that the cut sees the lines the interpreter sees.
+    text = _universal_newlines(text)
+    prompt = _universal_newlines(prompt_code or "")
+    prompt_code = prompt if prompt_code is not None else None
     fenced = _FENCE in text
     if fenced and style != "completion":
         blocks = _fenced_blocks(text)

@@ -53,6 +53,16 @@ def test_cut_keeps_nested_defs_and_drops_top_level_helper() -> None:
     assert ex.cut and "inner(a)" in ex.code and "helper" not in ex.code
 
 
+def test_lines_are_the_interpreters_lines() -> None:
+    # A lone \r ends a line for Python, so the code after it is top-level and is cut ...
+    ex = extract_code(PROMPT, "    return a + b  # done\rprint('hi')\n", "add")
+    assert ex.cut and "print" not in ex.code and "\r" not in ex.code
+    # ... while \x0c and \u2028 do not end a line (str.splitlines would say they do).
+    for sep in ("\x0c", "\u2028"):
+        ex = extract_code(PROMPT, f"    return a + b  # done{sep}print('hi')\n", "add")
+        assert not ex.cut and ex.code == PROMPT + f"    return a + b  # done{sep}print('hi')\n"
+
+
 def test_completion_that_rewrites_the_function_is_read_as_bare_code() -> None:
     ex = extract_code(PROMPT, "def add(a, b):\n    return a + b\n", "add")
     assert ex.ok and ex.style == "bare"
