@@ -286,15 +286,16 @@ def extract_code(
         return _from_code(text, prompt_code, entry_point, "bare")
 
     # No fences, text or chat alike. An indented first line continues the prompt's function body; a
-    # column-0 start either rewrites the whole function (bare code, if it parses) or is prose.
-    first = _first_code_line(text)
-    if first is None:  # only comments
-        return Extraction("", "no_code", "completion", text)
-    flush_left = not first[:1].isspace() and (prompt.endswith("\n") or not prompt)
-    if flush_left and style == "auto":
-        if _defines(text, entry_point) and _parses(text):
-            return _from_code(text, prompt_code, entry_point, "bare")
-        return Extraction("", "no_code", "completion", text)
+    # column-0 start either rewrites the whole function (bare code, if it parses) or is prose. When the
+    # prompt ends mid-line, the completion's first line is the rest of that line: always a continuation.
+    if not prompt or prompt.endswith("\n"):
+        first = _first_code_line(text)
+        if first is None:  # only comments
+            return Extraction("", "no_code", "completion", text)
+        if not first[:1].isspace() and style == "auto":
+            if _defines(text, entry_point) and _parses(text):
+                return _from_code(text, prompt_code, entry_point, "bare")
+            return Extraction("", "no_code", "completion", text)
     kept, cut = _cut_after_function(prompt, text)
     return Extraction(prompt + kept, "ok", "completion", kept, cut)
 

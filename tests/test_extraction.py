@@ -63,6 +63,13 @@ def test_lines_are_the_interpreters_lines() -> None:
         assert not ex.cut and ex.code == PROMPT + f"    return a + b  # done{sep}print('hi')\n"
 
 
+def test_a_prompt_that_ends_mid_line_is_continued_on_that_line() -> None:
+    for prompt, completion in [(PROMPT + "    return a +", " b\n"), (PROMPT + "    return a + b  #", "# not a new line")]:
+        ex = extract_code(prompt, completion, "add")
+        assert ex.ok and ex.style == "completion" and ex.code == prompt + completion
+        ast.parse(ex.code)
+
+
 def test_completion_that_rewrites_the_function_is_read_as_bare_code() -> None:
     ex = extract_code(PROMPT, "def add(a, b):\n    return a + b\n", "add")
     assert ex.ok and ex.style == "bare"
