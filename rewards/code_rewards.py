@@ -21,6 +21,7 @@ Scoring rules:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -62,6 +63,19 @@ def _column(values: Sequence[Any] | None, n: int, name: str) -> list[Any]:
     return values
 
 
+def _workers_per_local_process() -> int | None:
+    """Under ``accelerate launch`` every local process scores its own slice with its own pool: share the CPUs
+    instead of starting ``cpu_count`` workers in each. None (the sandbox's default) for a single process."""
+    try:
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    except ValueError:
+        return None
+    if local_world <= 1:
+        return None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cpus // local_world)
+
+
 def _has_test(test: Any) -> bool:
     return isinstance(test, str) and bool(test.strip())
 
@@ -73,7 +87,8 @@ class CodeReward:
         name: the ``__name__`` TRL logs the reward under.
         timeout: wall-clock seconds per program (sandbox ``timeout``).
         memory_mb: address-space cap per program (sandbox ``memory_mb``).
-        n_workers: sandbox worker processes; None lets the sandbox choose (one per CPU).
+        n_workers: sandbox worker processes; None lets the sandbox choose (one per CPU), or, when
+            ``LOCAL_WORLD_SIZE`` > 1 (``accelerate launch`` / ``torchrun``), this process's share of the CPUs.
         style: extraction style, ``"auto"``, ``"completion"`` or ``"chat"`` (see ``rewards.extraction``).
         metric_prefix: prefix of the logged metrics; defaults to ``name`` without a trailing ``_reward``.
         sandbox: an explicit sandbox object (anything with ``run_batch``/``arun_batch``); by default the shared
@@ -114,8 +129,9 @@ class CodeReward:
     # ---- the sandbox -------------------------------------------------------------------------------------
     def sandbox_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"timeout": self.timeout, "memory_mb": self.memory_mb}
-        if self.n_workers is not None:
-            kwargs["n_workers"] = self.n_workers
+        n_workers = self.n_workers if self.n_workers is not None else _workers_per_local_process()
+        if n_workers is not None:
+            kwargs["n_workers"] = n_workers
         return kwargs
 
     def get_sandbox(self) -> Any:

@@ -105,3 +105,18 @@ def test_async_path_uses_arun_batch() -> None:
     reward = UnitTestReward("r_reward", sandbox=box)
     out = asyncio.run(reward(prompts=[PROMPT], completions=["    return x\n"], test=[TEST], entry_point=["f"]))
     assert out == [1.0] and len(box.tasks) == 1
+
+
+def test_workers_are_shared_between_local_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    reward = UnitTestReward("r_reward", timeout=2.0, memory_mb=256)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert reward.sandbox_kwargs() == {"timeout": 2.0, "memory_mb": 256}  # the sandbox's own default
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert reward.sandbox_kwargs()["n_workers"] == max(1, cpus // 2)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(4 * cpus))
+    assert reward.sandbox_kwargs()["n_workers"] == 1
+    explicit = UnitTestReward("r_reward", n_workers=3)
+    assert explicit.sandbox_kwargs()["n_workers"] == 3
