@@ -392,6 +392,8 @@ def evaluate_model(
         logger.warning("pass@k for k=%s skipped: k > n_samples=%d", skipped, n_samples)
 
     rows = [_row_fields(r, style) for r in dataset]
+    if not rows:
+        raise ValueError("the evaluation dataset is empty")
     prompts = [r[0] for r in rows]
     ids = [_prompt_ids(tokenizer, p) for p in prompts]
     chat = [not isinstance(p, str) for p in prompts]
