@@ -2,15 +2,14 @@
 
 The seed blog warns that brittle extraction "can silently inject noise" into the reward. Every rule here is
 therefore explicit, and every failure carries a stable reason string that the reward functions count in their
-metrics (``<prefix>/extract_<reason>_frac``):
-
-The reading is chosen by the content, the same for text and conversational completions:
+metrics (``<prefix>/extract_<reason>_frac``). The reading is chosen by the content, the same for text and
+conversational completions:
 
 * **Chat style** (the completion contains a ```` ``` ```` fence): the last ```` ```python ```` block (an
-  untagged block if there is no tagged one). If the block defines the entry point it runs after the whole
-  code prompt, which keeps the prompt's imports and helpers (HumanEval/32's ``poly``); otherwise it is taken
-  as the function's body and appended to the prompt (a flush-left body with a column-0 ``return`` is
-  indented into place; other flush-left code runs after the prompt as written).
+  untagged block if there is no tagged one), dedented. If the block defines the entry point it runs after the
+  whole code prompt, which keeps the prompt's imports and helpers (HumanEval/32's ``poly``). Otherwise, when it
+  is indented or has a column-0 ``return``, it is the function's body and is appended to the prompt at the
+  prompt's body indentation; other flush-left code runs after the prompt as written.
 * **Completion style** (no fence, the first code line is indented): the program is ``code_prompt +
   completion``, cut at the first top-level statement after the prompt's function (the usual HumanEval stop
   rule, done with the tokenizer so that a column-0 line inside a multi-line string does not cut).
@@ -209,24 +208,37 @@ def _join(prompt: str, code: str) -> str:
     return prompt + ("" if prompt.endswith("\n") else "\n") + "\n" + code
 
 
+def _body_indent(prompt: str) -> str:
+    """The indentation of the prompt's function body: that of its last non-blank line (the docstring)."""
+    for line in reversed(prompt.splitlines()):
+        if line.strip():
+            margin = line[: len(line) - len(line.lstrip())]
+            return margin or "    "
+    return "    "
+
+
 def _from_code(code: str, code_prompt: str | None, entry_point: str | None, style: str) -> Extraction:
     """A code block (or bare code): run it after the prompt, or complete the prompt's function with it."""
     if not code.strip():
         return Extraction("", "no_code", style, code)
+    first = _first_code_line(code)
+    indented = first is not None and first[:1].isspace()
+    if indented:
+        # Either a function body, or a whole block nested in a markdown list. (textwrap.dedent would also
+        # blank whitespace-only lines, so it only runs when there is a margin to remove.)
+        code = textwrap.dedent(code)
     if _defines(code, entry_point):
         return Extraction(_join(code_prompt or "", code), "ok", style, code)
     if not code_prompt:
         return Extraction("", "no_signature", style, code)
-    first = _first_code_line(code)
-    if first is not None and not first[:1].isspace():
-        if not re.search(r"^return\b", code, flags=re.MULTILINE):
-            # Top-level code that does not define the function: run it after the prompt as written.
-            return Extraction(_join(code_prompt, code), "ok", style, code)
-        # A flush-left `return` only makes sense as the function's body: indent it into place.
-        code = textwrap.indent(code, "    ")
+    if not indented and not re.search(r"^return\b", code, flags=re.MULTILINE):
+        # Top-level code that does not define the function: run it after the prompt as written.
+        return Extraction(_join(code_prompt, code), "ok", style, code)
+    # A function body (indented, or flush-left with a `return`): indent it as the prompt's body.
     prompt = code_prompt if code_prompt.endswith("\n") else code_prompt + "\n"
-    kept, cut = _cut_after_function(prompt, code)
-    return Extraction(prompt + kept, "ok", style, code, cut)
+    body = textwrap.indent(code, _body_indent(prompt))
+    kept, cut = _cut_after_function(prompt, body)
+    return Extraction(prompt + kept, "ok", style, body, cut)
 
 
 def _parses(code: str) -> bool:

@@ -103,11 +103,23 @@ def test_chat_block_without_signature_completes_the_prompt() -> None:
     assert ex.ok and ex.code == PROMPT + "    return a + b\n"
     flush = extract_code(PROMPT, chat("```python\nreturn a + b\n```"), "add")
     assert flush.ok and flush.code == PROMPT + "    return a + b\n"
+    # An indented body whose last line is not a `return`, re-indented to the prompt's 4 spaces.
+    nested = "  if a:\n    return a\n  else:\n    return b\n"
+    ex = extract_code(PROMPT, chat(f"```python\n{nested}```"), "add")
+    assert ex.ok and ex.code == PROMPT + "    if a:\n      return a\n    else:\n      return b\n"
+    ast.parse(ex.code)
 
 
 def test_chat_block_without_signature_and_no_prompt_is_rejected() -> None:
     ex = extract_code(None, chat("```python\nreturn 1\n```"), "add")
     assert not ex.ok and ex.reason == "no_signature"
+
+
+def test_a_block_indented_as_a_whole_is_dedented() -> None:
+    content = "1. The code:\n    ```python\n    def add(a, b):\n        return a + b\n    ```\n"
+    ex = extract_code(PROMPT, chat(content), "add")
+    assert ex.ok and ex.snippet == "def add(a, b):\n    return a + b\n"
+    assert ex.code.endswith("\ndef add(a, b):\n    return a + b\n")
 
 
 def test_untagged_block_is_used_when_there_is_no_python_block() -> None:
