@@ -31,8 +31,7 @@ Against a program that wants to harm the host or fake a pass (a model that learn
   scratch is a size-limited tmpfs, removed after each task). HumanEval's data and the HF cache are hidden.
   seccomp refuses execve, ptrace, process_vm_*, mount, unshare, setns, bpf, io_uring, kexec, module
   loading, keyctl, and signals to anything but the program's own process group. stdin is /dev/null, stdout and
-  stderr are read with a size cap, and the environment holds only PATH, LANG, HOME and TMPDIR (no HF_TOKEN,
-  WANDB_API_KEY...). Workers exit when their owner does, even when it is SIGKILLed (stdin EOF, then
+  stderr are read with a size cap, and the environment holds only PATH and LANG (no HF_TOKEN, WANDB_API_KEY...). Workers exit when their owner does, even when it is SIGKILLed (stdin EOF, then
   PR_SET_PDEATHSIG down the tree).
 
 Where a layer is unavailable (not root: a user namespace is tried; no user namespaces; no libseccomp), the

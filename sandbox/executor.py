@@ -22,7 +22,7 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ UID_BASE = 61000  # slot i runs its candidates as uids UID_BASE + 2i and UID_BAS
 GRACE = 10.0  # seconds a zygote may take beyond a task's timeout before it is declared dead
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     PASSED = "passed"
     FAILED = "failed"
     TIMEOUT = "timeout"
@@ -48,8 +48,6 @@ class Status(str, enum.Enum):
     SANDBOX_ERROR = "sandbox_error"
     INVALID_INPUT = "invalid_input"
 
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)
@@ -390,8 +388,6 @@ class Sandbox:
         futures = [self.submit(**t) for t in tasks]
         if progress:
             from tqdm import tqdm  # lazy: only for the progress bar
-
-            from concurrent.futures import as_completed
 
             for _ in tqdm(as_completed(futures), total=len(futures), desc="sandbox", unit="prog"):
                 pass
