@@ -87,17 +87,30 @@ def policy_gradient_loss(
     return -weighted.sum(dim=1).mean()
 
 
-def group_baseline_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+def _normalize_groups(adv: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Per-group whitening of the seed blog's RLOO loop: (A - mean) / (std + 1e-8) with the unbiased std over
+    the scorable entries, left unchanged where std <= 1e-8 (a group whose rewards are all equal)."""
+    count = valid.sum(dim=1, keepdim=True).to(adv.dtype)
+    adv_valid = torch.where(valid, adv, torch.nan)
+    mean = torch.nanmean(adv_valid, dim=1, keepdim=True)
+    std = (((adv_valid - mean) ** 2).nansum(dim=1, keepdim=True) / (count - 1).clamp(min=1.0)).sqrt()
+    return torch.where(std > 1e-8, (adv - mean) / (std + 1e-8), adv)
+
+
+def group_baseline_advantages(rewards: torch.Tensor, group_size: int, normalize: bool = False) -> torch.Tensor:
     """REINFORCE with a per-prompt mean baseline: A_i = r_i - mean_j r_j over the i-th completion's group.
 
     This is the seed blog's baseline (`rewards - rewards.mean()` over the G completions of one prompt), i.e.
     GRPO's advantage without the division by the group standard deviation. The mean includes r_i itself, so the
     expected gradient is the true one scaled by (G-1)/G, a constant absorbed by the learning rate
     (`rloo_advantages` is the exactly unbiased leave-one-out variant: it equals this times G/(G-1)).
+    `normalize=True` whitens each group as `rloo_advantages` does (then it is GRPO's scaled advantage).
     """
     grouped = rewards.view(-1, group_size)
-    baseline = torch.nanmean(grouped, dim=1, keepdim=True)
-    return torch.nan_to_num(grouped - baseline, nan=0.0).view(-1)
+    adv = grouped - torch.nanmean(grouped, dim=1, keepdim=True)
+    if normalize:
+        adv = _normalize_groups(adv, ~torch.isnan(grouped))
+    return torch.nan_to_num(adv, nan=0.0).view(-1)
 
 
 def rloo_advantages(rewards: torch.Tensor, group_size: int, normalize: bool = False) -> torch.Tensor:
@@ -119,11 +132,7 @@ def rloo_advantages(rewards: torch.Tensor, group_size: int, normalize: bool = Fa
     baseline = (total - grouped) / (count - 1)  # 0/0 = NaN for groups with one scorable completion
     adv = grouped - baseline
     if normalize:
-        adv_valid = torch.where(valid, adv, torch.nan)
-        mean = torch.nanmean(adv_valid, dim=1, keepdim=True)
-        std = ((adv_valid - mean) ** 2).nansum(dim=1, keepdim=True) / (count - 1).clamp(min=1.0)
-        std = std.sqrt()
-        adv = torch.where(std > 1e-8, (adv - mean) / (std + 1e-8), adv)
+        adv = _normalize_groups(adv, valid)
     return torch.nan_to_num(adv, nan=0.0).view(-1)
 
 

@@ -1,0 +1,432 @@
+"""PPO with a learned critic and per-token GAE, on TRL's GRPOTrainer.
+
+TRL 1.16 removed its PPOTrainer (and it never took reward *functions*). This one keeps GRPOTrainer's sampling,
+generation, reward-function calling and reference model, and adds what PPO needs, in the order CleanRL's
+`ppo.py` reads:
+
+1. Rollout (`_generate_and_score_completions`): after `super()`, build per-token rewards (a KL penalty to the
+   reference on every token, the unit-test score on the last one), read V(s_t) from the critic, run GAE(γ, λ),
+   form the returns R_t = A_t + V(s_t) and whiten the advantages. The per-token advantages, returns and old
+   values travel with the batch through GRPOTrainer's shuffle and split.
+2. Update (`_compute_loss`): the clipped ratio objective on the policy, the clipped value loss on the critic and
+   an entropy bonus, for `num_iterations` epochs over each generation batch (GRPOTrainer replays the buffered
+   batch and supplies the old log-probabilities).
+3. The critic's optimizer: `transformers.Trainer` only clips, steps and zeroes the policy, so a callback clips
+   the critic's gradients, steps its AdamW and scheduler, and zeroes it at every optimizer step.
+
+The critic is `AutoModelForTokenClassification(num_labels=1)` loaded from the policy's checkpoint: the policy's
+backbone with a new scalar head. It is a separate model with its own optimizer, saved with every checkpoint
+(`critic/` beside the policy: weights, optimizer and scheduler state) and restored by
+`train(resume_from_checkpoint=...)`. It runs on one device or under DDP; FSDP and DeepSpeed would need the critic
+sharded with the policy, so they fail at construction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from accelerate.utils import gather
+from transformers import AutoModelForTokenClassification, TrainerCallback
+from transformers.optimization import get_scheduler
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import disable_dropout_in_model, get_config_model_id
+
+from .estimators import (
+    clipped_value_loss,
+    explained_variance,
+    kl_k1,
+    masked_gae,
+    masked_mean,
+    masked_whiten,
+    ppo_clip_loss,
+)
+
+__all__ = ["CRITIC_DIR", "PPOConfig", "PPOTrainer"]
+
+CRITIC_DIR = "critic"  # inside every checkpoint and saved model folder
+CRITIC_OPTIMIZER = "optimizer.pt"
+CRITIC_SCHEDULER = "scheduler.pt"
+
+
+@dataclass
+class PPOConfig(GRPOConfig):
+    r"""
+    Configuration class for [`PPOTrainer`]: GRPOConfig plus PPO's critic, GAE and loss parameters.
+
+    Sampling, generation, reward and logging parameters are GRPOConfig's. From GRPO's loss parameters PPO uses
+    `epsilon` / `epsilon_high` (the policy clip range), `num_iterations` (the PPO epochs) and `entropy_coef`;
+    `loss_type`, `scale_rewards` and `beta` do not apply (the KL penalty is `kl_coef`, in the reward).
+
+    Parameters:
+        > Parameters that control the critic
+
+        critic_model_name_or_path (`str`, *optional*):
+            Checkpoint the critic's backbone is loaded from, with a new one-output head. Defaults to the policy's
+            own checkpoint, so the critic starts from the policy's representation.
+        critic_learning_rate (`float`, *optional*):
+            AdamW learning rate of the critic; defaults to `learning_rate`. The head starts from scratch, so a
+            higher rate than the policy's often helps. The critic follows the policy's scheduler type and warmup.
+        vf_coef (`float`, *optional*, defaults to `0.1`):
+            Weight c1 of the value loss in the total loss. The critic's parameters are disjoint from the
+            policy's, so it only scales the critic's gradients (and its share of the clipped gradient norm).
+        cliprange_value (`float`, *optional*, defaults to `0.2`):
+            The critic's new predictions are clipped to within this distance of the values used to build the
+            advantages, in the clipped value loss (as the policy ratio is clipped by `epsilon`).
+
+        > Parameters that control the advantage estimator
+
+        gamma (`float`, *optional*, defaults to `1.0`):
+            Discount factor. 1 is the usual choice for LLMs: the episode is short and the reward is at the end,
+            so every token is credited with the final score.
+        lam (`float`, *optional*, defaults to `0.95`):
+            GAE λ. 0 uses the one-step TD error (low variance, trusts the critic); 1 uses the Monte-Carlo return
+            minus the value (unbiased). Schulman et al. (2015).
+        whiten_advantages (`bool`, *optional*, defaults to `True`):
+            Normalise the advantages of each generation batch to zero mean and unit variance over its tokens.
+
+        > Parameters that control the KL penalty and the entropy bonus
+
+        kl_coef (`float`, *optional*, defaults to `0.05`):
+            β of the per-token KL penalty to the frozen reference model (the initial policy), added to each
+            token's reward: r_t = -β (log π_old(y_t) - log π_ref(y_t)), plus the score on the last token. 0
+            disables it and the reference model. GRPOConfig's `beta` is set to the same value only so that
+            GRPOTrainer loads the reference model; GRPO's KL loss term is never added.
+        entropy_coef (`float`, *optional*, defaults to `0.0`):
+            Weight c2 of the entropy bonus: the loss subtracts c2 times the mean per-token entropy of the policy
+            (GRPOConfig's field, used here with PPO's loss).
+
+    `num_iterations` (PPO epochs over each generation batch) defaults to 2 here. `num_generations` may be 1 (PPO
+    needs no groups); it defaults to GRPO's 8 so that batches line up with the group-based methods.
+    """
+
+    critic_model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Checkpoint for the critic's backbone; defaults to the policy's."}
+    )
+    critic_learning_rate: float | None = field(
+        default=None, metadata={"help": "Learning rate of the critic's AdamW; defaults to learning_rate."}
+    )
+    vf_coef: float = field(default=0.1, metadata={"help": "Weight of the clipped value loss."})
+    cliprange_value: float = field(default=0.2, metadata={"help": "Clip range of the critic's predictions."})
+    gamma: float = field(default=1.0, metadata={"help": "Discount factor of the per-token returns."})
+    lam: float = field(default=0.95, metadata={"help": "GAE lambda."})
+    whiten_advantages: bool = field(default=True, metadata={"help": "Whiten the advantages of each batch."})
+    kl_coef: float = field(default=0.05, metadata={"help": "Per-token KL penalty to the reference, in the reward."})
+    num_iterations: int = field(default=2, metadata={"help": "PPO epochs over each generation batch."})
+
+    def __post_init__(self):
+        checks = [
+            (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}"),
+            (0.0 <= self.lam <= 1.0, f"lam must be in [0, 1]; got {self.lam}"),
+            (self.vf_coef >= 0, f"vf_coef must be >= 0; got {self.vf_coef}"),
+            (self.cliprange_value > 0, f"cliprange_value must be > 0; got {self.cliprange_value}"),
+            (self.kl_coef >= 0, f"kl_coef must be >= 0; got {self.kl_coef}"),
+            (
+                self.critic_learning_rate is None or self.critic_learning_rate > 0,
+                f"critic_learning_rate must be > 0; got {self.critic_learning_rate}",
+            ),
+            (self.num_iterations >= 1, f"num_iterations must be >= 1; got {self.num_iterations}"),
+            (not self.fp16, "PPOTrainer does not support fp16 (its critic has no loss scaler); use bf16 or fp32"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        if self.beta not in (0.0, self.kl_coef):
+            raise ValueError(f"PPOConfig puts its KL penalty in the reward with kl_coef; leave beta at 0 (got {self.beta})")
+        self.beta = self.kl_coef  # only so that GRPOTrainer builds the reference model; never a loss term
+        # GRPOConfig rejects num_generations=1 (its advantages need groups); PPO's do not.
+        requested = self.num_generations
+        if requested == 1:
+            self.num_generations = 2
+            if self.generation_batch_size is not None and self.generation_batch_size % 2:
+                self.num_generations = 1
+                raise ValueError("with num_generations=1, give an even generation_batch_size")
+        try:
+            super().__post_init__()
+        finally:
+            self.num_generations = requested
+
+
+def _unsupported_parallelism(args: GRPOConfig) -> str | None:
+    if getattr(args, "deepspeed_plugin", None) is not None:
+        return f"DeepSpeed ZeRO-{args.deepspeed_plugin.zero_stage}"
+    fsdp_env = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true", "yes")
+    if args.fsdp or fsdp_env:
+        return "FSDP"
+    return None
+
+
+class _CriticOptimizerCallback(TrainerCallback):
+    """Clip, step and zero the critic alongside the policy (Trainer only handles `model`)."""
+
+    def __init__(self, trainer: PPOTrainer):
+        self.trainer = trainer
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        t = self.trainer
+        if args.max_grad_norm is not None and args.max_grad_norm > 0:
+            norm = torch.nn.utils.clip_grad_norm_(t.critic.parameters(), args.max_grad_norm)
+            t._metrics["train"]["ppo/critic_grad_norm"].append(float(norm))
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        t = self.trainer
+        t.critic_optimizer.step()
+        if t.critic_scheduler is not None:
+            t.critic_scheduler.step()
+        t.critic_optimizer.zero_grad(set_to_none=True)
+
+
+class PPOTrainer(GRPOTrainer):
+    """Proximal Policy Optimization (Schulman et al., 2017) with a learned critic and GAE (Schulman et al., 2015).
+
+    Per token t of a completion, with r_t the reward (KL penalty, plus the unit-test score on the last token):
+
+        δ_t = r_t + γ V(s_{t+1}) - V(s_t),   A_t = δ_t + γλ A_{t+1},   R_t = A_t + V(s_t)
+        L   = -E[min(ρ_t A_t, clip(ρ_t, 1-ε, 1+ε) A_t)] + c1 · ½ E[max((V-R)², (clip(V, V_old±c)-R)²)] - c2 · H
+
+    with ρ_t = π(y_t)/π_old(y_t). Takes GRPOTrainer's arguments, with `args` a [`PPOConfig`].
+
+    Example:
+
+    ```python
+    from rewards import unit_test_reward
+    from experiments.trainers import PPOConfig, PPOTrainer
+
+    args = PPOConfig(output_dir="out", num_iterations=2, kl_coef=0.05, vf_coef=0.1)
+    trainer = PPOTrainer(model="path/to/model", reward_funcs=[unit_test_reward], args=args, train_dataset=ds)
+    trainer.train()  # checkpoints hold the critic in checkpoint-N/critic/
+    ```
+    """
+
+    _tag_names = ["trl", "ppo", "passk"]
+    _name = "PPO"
+    _paper = {
+        "title": "Proximal Policy Optimization Algorithms",
+        "id": "1707.06347",
+        # docstyle-ignore
+        "citation": textwrap.dedent("""\
+            @article{schulman2017proximal,
+                title        = {{Proximal Policy Optimization Algorithms}},
+                author       = {John Schulman and Filip Wolski and Prafulla Dhariwal and Alec Radford and Oleg Klimov},
+                year         = 2017,
+                eprint       = {arXiv:1707.06347},
+            }
+            @article{schulman2015high,
+                title        = {{High-Dimensional Continuous Control Using Generalized Advantage Estimation}},
+                author       = {John Schulman and Philipp Moritz and Sergey Levine and Michael Jordan and Pieter Abbeel},
+                year         = 2015,
+                eprint       = {arXiv:1506.02438},
+            }"""),
+    }
+
+    def __init__(self, model: Any, reward_funcs: Any = None, args: PPOConfig | None = None, **kwargs: Any):
+        if not isinstance(args, PPOConfig):
+            raise TypeError(f"PPOTrainer needs a PPOConfig; got {type(args).__name__}")
+        unsupported = _unsupported_parallelism(args)
+        if unsupported:
+            raise ValueError(
+                f"PPOTrainer does not support {unsupported}: its critic is a second trainable model that is not "
+                "sharded with the policy; train on one device or with DDP (accelerate multi_gpu)"
+            )
+        super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
+        if self.is_fsdp_enabled or self.is_deepspeed_enabled:  # set up by accelerate from its own config
+            raise ValueError("PPOTrainer does not support FSDP or DeepSpeed; train on one device or with DDP")
+
+        # The critic: the policy's backbone with a fresh scalar head, its own AdamW, prepared like the policy.
+        critic_path = args.critic_model_name_or_path or get_config_model_id(self.model.config)
+        init_kwargs = dict(args.model_init_kwargs or {})
+        init_kwargs.setdefault("dtype", self.model.dtype)
+        critic = AutoModelForTokenClassification.from_pretrained(critic_path, num_labels=1, **init_kwargs)
+        critic.config.pad_token_id = self._tokenizer.pad_token_id
+        disable_dropout_in_model(critic)
+        if args.gradient_checkpointing:
+            critic.gradient_checkpointing_enable(gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs)
+        self.critic_optimizer = torch.optim.AdamW(
+            critic.parameters(),
+            lr=args.critic_learning_rate or args.learning_rate,
+            betas=(args.adam_beta1, args.adam_beta2),
+            eps=args.adam_epsilon,
+            weight_decay=args.weight_decay,
+        )
+        self.critic = self.accelerator.prepare_model(critic)
+        self.critic_scheduler = None  # built with the policy's, once the number of steps is known
+        self.add_callback(_CriticOptimizerCallback(self))
+
+    # ---- the critic's scheduler follows the policy's ------------------------------------------------------------
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
+        scheduler = super().create_scheduler(num_training_steps, optimizer)
+        if self.critic_scheduler is None:
+            self.critic_scheduler = get_scheduler(
+                self.args.lr_scheduler_type,
+                optimizer=self.critic_optimizer,
+                num_warmup_steps=self.args.get_warmup_steps(num_training_steps),
+                num_training_steps=num_training_steps,
+                scheduler_specific_kwargs=self.args.lr_scheduler_kwargs,
+            )
+        return scheduler
+
+    def _critic_values(self, critic: torch.nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+        """V(s_t) for every completion position t: the critic's output at the token before y_t.
+
+        Prompts are left-padded to length P, so position P-1+t holds the last token of s_t = prompt + y_<t.
+        """
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        with self.accelerator.autocast():
+            logits = critic(input_ids=input_ids, attention_mask=attention_mask).logits
+        return logits[:, batch["prompt_ids"].size(1) - 1 : -1, 0].float()
+
+    # ---- 1. rollout: rewards, values, GAE -----------------------------------------------------------------------
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._last_rewards_per_func = rewards_per_func  # (N_global, n_funcs), gathered across processes
+        return rewards_per_func
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        out = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        args: PPOConfig = self.args
+        metrics = self._metrics[mode]
+        mask = out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
+        mask = mask.float()
+
+        # The unit-test score of each local completion; unscorable ones (NaN) are left out of the loss.
+        n_local, start = len(inputs), self.accelerator.process_index * len(inputs)
+        rewards_per_func = self._last_rewards_per_func[start : start + n_local]
+        scorable = ~torch.isnan(rewards_per_func).all(dim=1)
+        scores = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
+        mask = mask * scorable[:, None].to(mask.dtype)
+
+        with torch.no_grad():
+            # Per-token rewards: -β (log π_old - log π_ref) on every token, + the score on the last valid one.
+            if out.get("old_per_token_logps") is None and args.kl_coef > 0:  # GRPO skips it on-policy
+                out["old_per_token_logps"] = self._policy_logps(out, mode)
+            token_rewards = torch.zeros_like(mask)
+            if args.kl_coef > 0:
+                kl = kl_k1(out["old_per_token_logps"], out["ref_per_token_logps"], mask)
+                token_rewards = token_rewards - args.kl_coef * kl
+                stats = self.accelerator.reduce(torch.stack([kl.sum(), mask.sum()]), reduction="sum")
+                metrics["kl"].append((stats[0] / stats[1].clamp(min=1.0)).item())
+                metrics["ppo/kl_penalty"].append(gather((args.kl_coef * kl).sum(1)).mean().item())
+            last = (mask.sum(dim=1).long() - 1).clamp(min=0)
+            rows = torch.arange(len(last), device=mask.device)
+            token_rewards[rows, last] += scores.to(mask.dtype) * scorable.to(mask.dtype)
+
+            # Values, GAE, returns; then whitened advantages.
+            values = self._critic_values(self.accelerator.unwrap_model(self.critic), out) * mask
+            advantages, returns = masked_gae(token_rewards, values, mask, args.gamma, args.lam)
+            if args.whiten_advantages:
+                advantages = masked_whiten(advantages, mask)
+
+        metrics["ppo/value_mean"].append(masked_mean(values, mask).item())
+        metrics["ppo/return_mean"].append(masked_mean(returns, mask).item())
+        metrics["ppo/explained_variance"].append(explained_variance(values, returns, mask))
+
+        out["advantages"] = advantages  # (B, T): GRPOTrainer's buffers and splits carry it per token
+        out["returns"] = returns
+        out["old_values"] = values
+        out["scorable"] = scorable
+        return out
+
+    @torch.no_grad()
+    def _policy_logps(self, out: dict[str, Any], mode: str) -> torch.Tensor:
+        batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+        logps, _, _ = self._get_per_token_logps_and_entropies(
+            self.model,
+            torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1),
+            torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1),
+            out["completion_ids"].size(1),
+            batch_size=batch_size,
+        )
+        return logps
+
+    # ---- 2. update: clipped policy loss + clipped value loss - entropy bonus ------------------------------------
+    def training_step(self, model, inputs, num_items_in_batch):
+        # Like the policy, the critic's DDP gradients are all-reduced only on the last micro-batch of a step.
+        sync = self.accelerator.sync_gradients or not hasattr(self.critic, "no_sync")
+        with contextlib.nullcontext() if sync else self.critic.no_sync():
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    def _compute_loss(self, model, inputs):
+        mode = "train" if self.model.training else "eval"
+        args: PPOConfig = self.args
+        mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
+        mask = mask.float() * inputs["scorable"][:, None].float()
+
+        per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            model,
+            torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
+            inputs["completion_ids"].size(1),
+            compute_entropy=True,
+        )
+        old_logps = inputs.get("old_per_token_logps")
+        old_logps = per_token_logps.detach() if old_logps is None else old_logps  # on-policy: ratio 1
+        pg_loss, pg_stats = ppo_clip_loss(
+            per_token_logps, old_logps, inputs["advantages"], mask, self.epsilon_low, self.epsilon_high
+        )
+        values = self._critic_values(self.critic, inputs)
+        vf_loss, vf_clipfrac = clipped_value_loss(values, inputs["old_values"], inputs["returns"], mask, args.cliprange_value)
+        entropy = masked_mean(entropies, mask)
+        loss = pg_loss + args.vf_coef * vf_loss - args.entropy_coef * entropy
+
+        def mean_over_processes(x: torch.Tensor) -> float:
+            return self.accelerator.gather(x.detach().reshape(1)).mean().item()
+
+        metrics = self._metrics[mode]
+        metrics["ppo/policy_loss"].append(mean_over_processes(pg_loss))
+        metrics["ppo/vf_loss"].append(mean_over_processes(vf_loss))
+        metrics["ppo/vf_clipfrac"].append(mean_over_processes(vf_clipfrac))
+        metrics["ppo/clipfrac"].append(mean_over_processes(pg_stats["clipfrac"]))
+        metrics["ppo/approx_kl"].append(mean_over_processes(pg_stats["approx_kl"]))
+        metrics["entropy"].append(mean_over_processes(entropy))
+        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        return loss / normalizer
+
+    # ---- checkpoints: the critic's weights, optimizer and scheduler ---------------------------------------------
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
+        super().save_model(output_dir, _internal_call)
+        if self.args.should_save:
+            critic_dir = Path(output_dir or self.args.output_dir) / CRITIC_DIR
+            self.accelerator.unwrap_model(self.critic).save_pretrained(critic_dir)
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)  # calls save_model, which writes the critic's weights
+        if self.args.should_save and not self.args.save_only_model:
+            checkpoint = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            torch.save(self.critic_optimizer.state_dict(), checkpoint / CRITIC_DIR / CRITIC_OPTIMIZER)
+            if self.critic_scheduler is not None:
+                torch.save(self.critic_scheduler.state_dict(), checkpoint / CRITIC_DIR / CRITIC_SCHEDULER)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        critic_dir = Path(checkpoint) / CRITIC_DIR
+        if not critic_dir.is_dir():
+            raise FileNotFoundError(f"{checkpoint} has no {CRITIC_DIR}/ folder: it was not saved by PPOTrainer")
+        load_critic_weights(self.accelerator.unwrap_model(self.critic), critic_dir)
+        if (critic_dir / CRITIC_OPTIMIZER).is_file():
+            self.critic_optimizer.load_state_dict(
+                torch.load(critic_dir / CRITIC_OPTIMIZER, map_location=self.accelerator.device, weights_only=True)
+            )
+        if self.critic_scheduler is not None and (critic_dir / CRITIC_SCHEDULER).is_file():
+            self.critic_scheduler.load_state_dict(torch.load(critic_dir / CRITIC_SCHEDULER, weights_only=True))
+
+
+def load_critic_weights(critic: torch.nn.Module, critic_dir: Path) -> None:
+    """Load weights written by `save_pretrained` (one safetensors file or a sharded index) into `critic`."""
+    if (critic_dir / "model.safetensors").is_file():
+        from safetensors.torch import load_file
+
+        critic.load_state_dict(load_file(critic_dir / "model.safetensors", device="cpu"))
+    else:
+        from transformers.trainer_utils import load_sharded_checkpoint
+
+        load_sharded_checkpoint(critic, str(critic_dir))

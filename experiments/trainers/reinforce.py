@@ -1,0 +1,270 @@
+"""The REINFORCE family on TRL's GRPOTrainer: vanilla policy gradient, group-mean baseline, KL-in-reward, RLOO.
+
+One trainer, `ReinforceTrainer`, selected by `ReinforceConfig`:
+
+| method           | baseline      | kl_coef | normalize_advantages |
+|------------------|---------------|---------|----------------------|
+| `vanilla_pg`     | `"none"`      | 0       | False                |
+| `reinforce`      | `"group_mean"`| 0       | False                |
+| `reinforce_kl`   | `"group_mean"`| > 0     | False                |
+| `reinforce_rloo` | `"rloo"`      | 0       | True (the seed's default) |
+
+It reuses everything of GRPOTrainer up to the rewards (sampling, generation, reward-function calling, gathering
+across processes, the reference model) and replaces two seams:
+
+1. `_generate_and_score_completions`: after `super()`, recompute the advantages on the whole gathered generation
+   batch (groups are shuffled across micro-batches before the loss, so a baseline can only be computed here),
+   optionally after subtracting `kl_coef * sum_t (log pi - log pi_ref)` from each reward, then keep this
+   process's slice.
+2. `_compute_loss`: the REINFORCE surrogate -sum_t A * log pi(y_t) per completion, averaged over completions,
+   divided by the gradient-accumulation steps (GRPOTrainer sets `loss_is_scaled_for_ga=True`). There is no
+   ratio, no clipping and no KL term in the loss: REINFORCE is on-policy, one gradient step per sample.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from accelerate.utils import gather
+from trl import GRPOConfig, GRPOTrainer
+
+from .estimators import group_baseline_advantages, kl_k1, policy_gradient_loss, rloo_advantages
+
+__all__ = ["BASELINES", "ReinforceConfig", "ReinforceTrainer"]
+
+BASELINES = ("none", "group_mean", "rloo")
+
+
+@dataclass
+class ReinforceConfig(GRPOConfig):
+    r"""
+    Configuration class for [`ReinforceTrainer`]: GRPOConfig plus the REINFORCE estimator's parameters.
+
+    Sampling, generation, reward and logging parameters are GRPOConfig's (see its documentation). The GRPO loss
+    parameters (`loss_type`, `epsilon`, `scale_rewards`, `beta`, ...) do not apply: this trainer has its own loss.
+
+    Parameters:
+        > Parameters that control the advantage estimator
+
+        baseline (`str`, *optional*, defaults to `"group_mean"`):
+            What is subtracted from each completion's reward before it weights the log-likelihood gradient.
+            `"none"`: vanilla policy gradient, A = R (high variance; with 0/1 rewards it only pushes up passing
+            completions). `"group_mean"`: the mean reward of the completions of the same prompt (the seed blog's
+            REINFORCE baseline). `"rloo"`: the leave-one-out mean of the other completions of the same prompt
+            (Ahmadian et al., 2024), an exactly unbiased baseline. All baselines lower the variance without
+            changing the expected gradient (up to a constant factor for `"group_mean"`).
+        normalize_advantages (`bool`, *optional*, defaults to `False`):
+            Divide each prompt group's advantages by their standard deviation (the `normalize=True` of the seed's
+            RLOO loop). Equalises the update size of easy and hard prompts, as GRPO does. Requires a baseline.
+
+        > Parameters that control the KL penalty
+
+        kl_coef (`float`, *optional*, defaults to `0.0`):
+            Coefficient β of the KL penalty to the frozen reference model (the initial policy), folded into the
+            reward: R' = R - β * Σ_t (log π(y_t) - log π_ref(y_t)) (the k1 estimator, as in RLOO). Use it to keep
+            the policy close to its starting point; 0.01-0.1 is usual for 0/1 rewards. When > 0, GRPOConfig's
+            `beta` is set to the same value only so that GRPOTrainer loads the reference model and computes its
+            log-probabilities; GRPO's own KL loss term is never added.
+
+    REINFORCE is on-policy: `num_iterations` must be 1 and `gradient_accumulation_steps` a multiple of
+    `steps_per_generation`, so every sample is used for exactly one gradient step of the policy that drew it.
+    """
+
+    baseline: str = field(
+        default="group_mean",
+        metadata={
+            "help": "Baseline subtracted from the reward: 'none' (vanilla policy gradient), 'group_mean' (mean "
+            "reward of the prompt's group), or 'rloo' (leave-one-out mean of the other completions).",
+            "choices": list(BASELINES),
+        },
+    )
+    normalize_advantages: bool = field(
+        default=False,
+        metadata={"help": "Divide each prompt group's advantages by their standard deviation. Needs a baseline."},
+    )
+    kl_coef: float = field(
+        default=0.0,
+        metadata={
+            "help": "β of the k1 KL penalty to the reference model, subtracted from each completion's reward. "
+            "0 disables it (and the reference model)."
+        },
+    )
+
+    def __post_init__(self):
+        if self.baseline not in BASELINES:
+            raise ValueError(f"baseline must be one of {', '.join(map(repr, BASELINES))}; got {self.baseline!r}")
+        if self.kl_coef < 0:
+            raise ValueError(f"kl_coef must be >= 0; got {self.kl_coef}")
+        if self.normalize_advantages and self.baseline == "none":
+            raise ValueError("normalize_advantages=True needs a baseline ('group_mean' or 'rloo'), not 'none'")
+        if self.beta not in (0.0, self.kl_coef):
+            raise ValueError(
+                f"ReinforceConfig puts its KL penalty in the reward with kl_coef; leave beta at 0 (got beta={self.beta})"
+            )
+        # beta != 0 makes GRPOTrainer load the reference model and compute ref log-probs; the loss ignores beta.
+        self.beta = self.kl_coef
+        if self.num_iterations != 1:
+            raise ValueError(f"REINFORCE is on-policy: num_iterations must be 1; got {self.num_iterations}")
+        super().__post_init__()
+        if self.gradient_accumulation_steps % self.steps_per_generation != 0:
+            raise ValueError(
+                "REINFORCE is on-policy: gradient_accumulation_steps "
+                f"({self.gradient_accumulation_steps}) must be a multiple of steps_per_generation "
+                f"({self.steps_per_generation})"
+            )
+
+
+class ReinforceTrainer(GRPOTrainer):
+    """REINFORCE (Williams, 1992) for language models, with optional baselines and a KL-shaped reward.
+
+    The gradient estimator is  ∇J ≈ 1/N Σ_i A_i Σ_t ∇ log π(y_{i,t} | y_{i,<t}),  with A_i the completion's
+    reward minus a baseline that does not depend on the completion itself (none, the group mean, or the RLOO
+    leave-one-out mean of Ahmadian et al., 2024). Everything else (generation, reward functions, logging) is
+    GRPOTrainer's, so it takes the same arguments and reward functions.
+
+    Example:
+
+    ```python
+    from rewards import unit_test_reward
+    from experiments.trainers import ReinforceConfig, ReinforceTrainer
+
+    args = ReinforceConfig(output_dir="out", baseline="rloo", normalize_advantages=True, num_generations=8)
+    trainer = ReinforceTrainer(model="path/to/model", reward_funcs=[unit_test_reward], args=args, train_dataset=ds)
+    trainer.train()
+    ```
+
+    Args: as [`~trl.GRPOTrainer`], with `args` a [`ReinforceConfig`].
+    """
+
+    _tag_names = ["trl", "reinforce", "passk"]
+    _name = "REINFORCE"
+    _paper = {
+        "title": "Back to Basics: Revisiting REINFORCE-Style Optimization for Learning from Human Feedback in LLMs",
+        "id": "2402.14740",
+        # docstyle-ignore
+        "citation": textwrap.dedent("""\
+            @article{williams1992simple,
+                title        = {{Simple Statistical Gradient-Following Algorithms for Connectionist Reinforcement Learning}},
+                author       = {Ronald J. Williams},
+                year         = 1992,
+                journal      = {Machine Learning},
+                volume       = 8,
+                pages        = {229--256},
+            }
+            @inproceedings{ahmadian2024back,
+                title        = {{Back to Basics: Revisiting REINFORCE-Style Optimization for Learning from Human Feedback in LLMs}},
+                author       = {Arash Ahmadian and Chris Cremer and Matthias Gall{\\'e} and Marzieh Fadaee and Julia Kreutzer and Olivier Pietquin and Ahmet {\\"U}st{\\"u}n and Sara Hooker},
+                year         = 2024,
+                booktitle    = {ACL},
+                eprint       = {arXiv:2402.14740},
+            }"""),
+    }
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.args, ReinforceConfig):
+            raise TypeError(f"ReinforceTrainer needs a ReinforceConfig; got {type(self.args).__name__}")
+        self._last_rewards_per_func: torch.Tensor | None = None
+
+    # ---- seam 1: the rewards, kept for the advantage estimator -------------------------------------------------
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._last_rewards_per_func = rewards_per_func  # (N_global, n_funcs), gathered across processes
+        return rewards_per_func
+
+    # ---- seam 2: the advantages, over the whole generation batch ----------------------------------------------
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        out = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        args: ReinforceConfig = self.args
+        metrics = self._metrics[mode]
+
+        # 1. The scalar reward of each completion: weighted sum over reward functions; NaN if unscorable.
+        rewards_per_func = self._last_rewards_per_func
+        unscorable = torch.isnan(rewards_per_func).all(dim=1)
+        rewards = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+
+        # 2. KL shaping: R' = R - β Σ_t (log π_old - log π_ref), with π_old the policy that sampled.
+        if args.kl_coef > 0:
+            mask = self._loss_mask(out)
+            old_logps = out.get("old_per_token_logps")
+            if old_logps is None:  # GRPO skips it on-policy; we need it for the penalty
+                old_logps = self._policy_logps(out, mode)
+            kl_tokens = kl_k1(old_logps, out["ref_per_token_logps"], mask)
+            kl_seq = gather(kl_tokens.sum(dim=1))
+            rewards = rewards - args.kl_coef * kl_seq
+            stats = self.accelerator.reduce(torch.stack([kl_tokens.sum(), mask.sum().float()]), reduction="sum")
+            metrics["kl"].append((stats[0] / stats[1].clamp(min=1.0)).item())
+            metrics["reinforce/kl_penalty"].append((args.kl_coef * kl_seq).mean().item())
+
+        # 3. Advantages: reward minus baseline, over the global batch, laid out group by group.
+        if args.baseline == "none":
+            advantages = torch.nan_to_num(rewards, nan=0.0)
+        elif args.baseline == "group_mean":
+            advantages = group_baseline_advantages(rewards, group_size, normalize=args.normalize_advantages)
+        else:
+            advantages = rloo_advantages(rewards, group_size, normalize=args.normalize_advantages)
+
+        scorable = ~unscorable
+        if not args.normalize_advantages and scorable.any():
+            metrics["reinforce/baseline"].append((rewards - advantages)[scorable].mean().item())
+        metrics["reinforce/advantage_mean"].append(advantages[scorable].mean().item() if scorable.any() else 0.0)
+        metrics["reinforce/advantage_std"].append(advantages[scorable].std().item() if scorable.sum() > 1 else 0.0)
+
+        # GRPO logged its own advantages for the completions table; show ours instead.
+        logged = self._logs["advantages"]
+        for _ in range(min(len(advantages), len(logged))):
+            logged.pop()
+        logged.extend(advantages.tolist())
+
+        n_local = len(inputs)
+        start = self.accelerator.process_index * n_local
+        out["advantages"] = advantages[start : start + n_local].to(out["completion_ids"].device)
+        return out
+
+    # ---- seam 3: the loss --------------------------------------------------------------------------------------
+    def _compute_loss(self, model, inputs):
+        mode = "train" if self.model.training else "eval"
+        mask = self._loss_mask(inputs)
+        per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            model,
+            torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
+            inputs["completion_ids"].size(1),
+            compute_entropy=True,
+        )
+        # -Σ_t A log π(y_t) per completion, mean over the micro-batch's completions. Summing (not averaging) the
+        # tokens keeps the estimator's weighting; the mean over completions, with equal micro-batches, makes the
+        # accumulated gradient the mean over the generation batch once divided by the accumulation steps.
+        loss = policy_gradient_loss(per_token_logps, inputs["advantages"], mask)
+        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+
+        stats = self.accelerator.reduce(
+            torch.stack([(entropies.detach() * mask).sum(), mask.sum().float()]), reduction="sum"
+        )
+        self._metrics[mode]["entropy"].append((stats[0] / stats[1].clamp(min=1.0)).item())
+        return loss / normalizer
+
+    # ---- helpers -----------------------------------------------------------------------------------------------
+    @staticmethod
+    def _loss_mask(batch: dict[str, Any]) -> torch.Tensor:
+        mask = batch["completion_mask"]
+        return mask * batch["tool_mask"] if "tool_mask" in batch else mask
+
+    @torch.no_grad()
+    def _policy_logps(self, out: dict[str, Any], mode: str) -> torch.Tensor:
+        """log π(y_t) of the sampled tokens under the current policy, without gradient (the sampling policy)."""
+        batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+        logps, _, _ = self._get_per_token_logps_and_entropies(
+            self.model,
+            torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1),
+            torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1),
+            out["completion_ids"].size(1),
+            batch_size=batch_size,
+        )
+        return logps

@@ -1,0 +1,317 @@
+"""Smoke and plumbing tests of the seven methods on the tiny model (a few seconds each on one CPU thread).
+
+- every method trains two steps with `rewards.unit_test_reward` and changes the policy;
+- the advantages the REINFORCE trainer hands to its loss equal the estimator functions on the captured batch;
+- PPO: the critic reads V(s_t) at the right positions, learns, is clipped, stepped and zeroed once per optimizer
+  step, is saved in checkpoints and restored on resume, and FSDP / DeepSpeed fail at construction;
+- bad config values raise one-line errors.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import rewards
+from experiments.tasks import train_rows
+from experiments.trainers import METHODS, PPOConfig, PPOTrainer, ReinforceConfig, build_config
+from experiments.trainers.estimators import (
+    group_baseline_advantages,
+    kl_k1,
+    masked_gae,
+    masked_whiten,
+    rloo_advantages,
+)
+
+TINY = {
+    "use_cpu": True,
+    "bf16": False,
+    "activation_checkpointing": False,
+    "report_to": "none",
+    "logging_steps": 1,
+    "save_strategy": "no",
+    "disable_tqdm": True,
+    "per_device_train_batch_size": 8,
+    "num_generations": 4,
+    "max_completion_length": 8,
+    "learning_rate": 1e-3,
+    "max_steps": 2,
+    "seed": 0,
+}
+
+
+def length_reward(completions: list[str], **kwargs) -> list[float]:
+    """A reward that varies within every group (a random tiny model never passes a unit test)."""
+    return [(len(c) % 7) / 6.0 for c in completions]
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return train_rows(32)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_dir: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def make_trainer(method, model_dir, tokenizer, dataset, tmp_path, reward_funcs=None, **overrides):
+    args = build_config(method, output_dir=str(tmp_path / method), **(TINY | overrides))
+    return METHODS[method].trainer_cls(
+        model=str(model_dir),
+        reward_funcs=reward_funcs or [rewards.unit_test_reward, length_reward],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+
+
+def params_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def changed(before: dict[str, torch.Tensor], model: torch.nn.Module) -> bool:
+    return any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_each_method_trains_two_steps(method, tiny_model_dir, tokenizer, dataset, tmp_path):
+    trainer = make_trainer(method, tiny_model_dir, tokenizer, dataset, tmp_path)
+    before = params_of(trainer.model)
+    trainer.train()
+    assert trainer.state.global_step == 2
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2 and all(torch.isfinite(torch.tensor(h["loss"])) for h in logs)
+    assert "rewards/unit_test_reward/mean" in logs[0]
+    assert changed(before, trainer.model)
+    assert all(p.grad is None for p in trainer.model.parameters())
+
+
+def capture_rollouts(trainer) -> list[dict]:
+    """Wrap `_generate_and_score_completions` to record each generation batch with what the estimators give."""
+    captured = []
+    original = trainer._generate_and_score_completions
+
+    def wrapped(inputs):
+        out = original(inputs)
+        captured.append({"out": out, "rewards_per_func": trainer._last_rewards_per_func.clone()})
+        if getattr(trainer.args, "kl_coef", 0) > 0:  # the sampling policy, before any update on this batch
+            captured[-1]["logps"] = trainer._policy_logps(out, "train")
+        return out
+
+    trainer._generate_and_score_completions = wrapped
+    return captured
+
+
+@pytest.mark.parametrize(
+    "method, estimator",
+    [
+        ("vanilla_pg", lambda r, g: r),
+        ("reinforce", lambda r, g: group_baseline_advantages(r, g)),
+        ("reinforce_kl", lambda r, g: group_baseline_advantages(r, g)),
+        ("reinforce_rloo", lambda r, g: rloo_advantages(r, g, normalize=True)),
+    ],
+)
+def test_reinforce_advantages_equal_the_estimators(method, estimator, tiny_model_dir, tokenizer, dataset, tmp_path):
+    trainer = make_trainer(method, tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward])
+    captured = capture_rollouts(trainer)
+    trainer.train()
+    assert len(captured) == 2
+    for batch in captured:
+        out, rewards_ = batch["out"], batch["rewards_per_func"][:, 0]
+        assert rewards_.std() > 0  # the check below can fail
+        if method == "reinforce_kl":
+            mask = out["completion_mask"]
+            kl = kl_k1(batch["logps"], out["ref_per_token_logps"], mask).sum(1)
+            rewards_ = rewards_ - trainer.args.kl_coef * kl
+        expected = estimator(rewards_, trainer.num_generations)
+        assert torch.allclose(out["advantages"], expected, atol=1e-5)
+
+
+def test_reinforce_kl_penalty_grows_as_the_policy_moves(tiny_model_dir, tokenizer, dataset, tmp_path):
+    trainer = make_trainer("reinforce_kl", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
+                           max_steps=3, learning_rate=1e-2)  # fmt: skip
+    assert trainer.ref_model is not None and trainer.args.beta == trainer.args.kl_coef
+    trainer.train()
+    kls = [h["kl"] for h in trainer.state.log_history if "kl" in h]
+    assert kls[0] == pytest.approx(0.0, abs=1e-6)  # the first batch is sampled by the reference itself
+    assert abs(kls[-1]) > 1e-4
+
+
+# --------------------------------------------------------------------------------------------------------- PPO
+
+
+def test_ppo_values_are_read_before_each_completion_token(tiny_model_dir, tokenizer, dataset, tmp_path):
+    trainer = make_trainer("ppo", tiny_model_dir, tokenizer, dataset, tmp_path)
+    critic = trainer.accelerator.unwrap_model(trainer.critic)
+    critic.score.weight.data.normal_(0, 1.0)  # a head that is not ~0, so positions are told apart
+    prompts = [tokenizer("def f(x):")["input_ids"], tokenizer("x = 1\nprint(")["input_ids"]]
+    P = max(map(len, prompts))
+    pad = tokenizer.pad_token_id
+    batch = {
+        "prompt_ids": torch.tensor([[pad] * (P - len(p)) + p for p in prompts]),
+        "prompt_mask": torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in prompts]),
+        "completion_ids": torch.tensor([[11, 12, 13], [21, 22, 23]]),
+        "completion_mask": torch.ones(2, 3, dtype=torch.long),
+    }
+    with torch.no_grad():
+        values = trainer._critic_values(critic, batch)
+        for i, p in enumerate(prompts):
+            for t in range(3):  # V(s_t) = critic output at the last token of prompt + y_<t, computed unpadded
+                ids = torch.tensor([p + batch["completion_ids"][i, :t].tolist()])
+                expected = critic(input_ids=ids).logits[0, -1, 0]
+                assert values[i, t].item() == pytest.approx(expected.item(), abs=1e-4)
+
+
+def test_ppo_rollout_advantages_are_whitened_gae(tiny_model_dir, tokenizer, dataset, tmp_path):
+    trainer = make_trainer("ppo", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
+                           max_steps=1, num_iterations=1)  # fmt: skip
+    captured = capture_rollouts(trainer)
+    trainer.train()
+    out, scores = captured[0]["out"], captured[0]["rewards_per_func"][:, 0]
+    args, mask = trainer.args, out["completion_mask"].float()
+    token_rewards = -args.kl_coef * kl_k1(out["old_per_token_logps"], out["ref_per_token_logps"], mask)
+    last = mask.sum(1).long() - 1
+    token_rewards[torch.arange(len(last)), last] += scores
+    adv, ret = masked_gae(token_rewards, out["old_values"], mask, args.gamma, args.lam)
+    assert out["advantages"].shape == mask.shape
+    assert torch.allclose(out["returns"], ret, atol=1e-5)
+    assert torch.allclose(out["advantages"], masked_whiten(adv, mask), atol=1e-4)
+
+
+def test_ppo_critic_learns_and_is_clipped_stepped_and_zeroed(tiny_model_dir, tokenizer, dataset, tmp_path):
+    max_norm = 1e-3
+    trainer = make_trainer("ppo", tiny_model_dir, tokenizer, dataset, tmp_path, max_grad_norm=max_norm,
+                           gradient_accumulation_steps=2, vf_coef=1.0)  # fmt: skip
+    critic = trainer.accelerator.unwrap_model(trainer.critic)
+    before = params_of(critic)
+    norms_at_step = []
+
+    def record_norm(optimizer, args, kwargs):
+        grads = [p.grad for p in critic.parameters() if p.grad is not None]
+        norms_at_step.append(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item())
+
+    trainer.critic_optimizer.register_step_pre_hook(record_norm)
+    trainer.train()
+    assert len(norms_at_step) == trainer.state.global_step == 2  # once per optimizer step, not per micro-batch
+    assert all(n <= max_norm * (1 + 1e-3) for n in norms_at_step)
+    logged = [h["ppo/critic_grad_norm"] for h in trainer.state.log_history if "ppo/critic_grad_norm" in h]
+    assert logged and max(logged) > max_norm  # the clip was exercised
+    assert changed(before, critic)
+    assert all(p.grad is None for p in critic.parameters())
+    assert trainer.critic_scheduler is not None and trainer.critic_scheduler.last_epoch == 2
+
+
+def test_ppo_checkpoint_saves_and_resume_restores_the_critic(tiny_model_dir, tokenizer, dataset, tmp_path):
+    common = {"save_strategy": "steps", "save_steps": 1, "critic_learning_rate": 1e-2}
+    first = make_trainer("ppo", tiny_model_dir, tokenizer, dataset, tmp_path, **common)
+    first.train()
+    ckpt = tmp_path / "ppo" / "checkpoint-1" / "critic"
+    assert {"model.safetensors", "config.json", "optimizer.pt", "scheduler.pt"} <= {p.name for p in ckpt.iterdir()}
+    from safetensors.torch import load_file
+
+    saved_weights = load_file(ckpt / "model.safetensors")
+    saved_optimizer = torch.load(ckpt / "optimizer.pt", weights_only=True)
+    final_critic = params_of(first.accelerator.unwrap_model(first.critic))
+    assert any(not torch.equal(saved_weights[k], final_critic[k]) for k in saved_weights)  # step 2 moved it
+
+    second = make_trainer("ppo", tiny_model_dir, tokenizer, dataset, tmp_path, **common)
+    fresh = params_of(second.accelerator.unwrap_model(second.critic))
+    restored = {}
+    original_load = second._load_optimizer_and_scheduler
+
+    def load_and_snapshot(checkpoint):
+        original_load(checkpoint)
+        restored["weights"] = params_of(second.accelerator.unwrap_model(second.critic))
+        restored["optimizer"] = copy.deepcopy(second.critic_optimizer.state_dict())
+        restored["scheduler_epoch"] = second.critic_scheduler.last_epoch
+
+    second._load_optimizer_and_scheduler = load_and_snapshot
+    second.train(resume_from_checkpoint=str(tmp_path / "ppo" / "checkpoint-1"))
+    assert any(not torch.equal(fresh[k], saved_weights[k]) for k in saved_weights)  # restoring is visible
+    assert all(torch.equal(restored["weights"][k], saved_weights[k]) for k in saved_weights)
+    for key, state in saved_optimizer["state"].items():
+        assert torch.equal(restored["optimizer"]["state"][key]["exp_avg"], state["exp_avg"])
+        assert torch.equal(restored["optimizer"]["state"][key]["step"], state["step"])
+    assert restored["scheduler_epoch"] == 1
+    assert second.state.global_step == 2
+
+
+def test_ppo_runs_with_one_generation_per_prompt(tiny_model_dir, tokenizer, dataset, tmp_path):
+    trainer = make_trainer("ppo", tiny_model_dir, tokenizer, dataset, tmp_path, num_generations=1, max_steps=1)
+    trainer.train()
+    assert trainer.args.num_generations == 1 and trainer.state.global_step == 1
+
+
+def test_ppo_rejects_fsdp_and_deepspeed_at_construction(tiny_model_dir, tokenizer, dataset, tmp_path, monkeypatch):
+    args = build_config("ppo", output_dir=str(tmp_path), **TINY)
+    with monkeypatch.context() as m:
+        m.setenv("ACCELERATE_USE_FSDP", "true")
+        with pytest.raises(ValueError, match="does not support FSDP") as err:
+            PPOTrainer(model=str(tiny_model_dir), reward_funcs=[length_reward], args=args, train_dataset=dataset,
+                       processing_class=tokenizer)  # fmt: skip
+        assert "\n" not in str(err.value)
+    args.deepspeed_plugin = SimpleNamespace(zero_stage=3)
+    with pytest.raises(ValueError, match="does not support DeepSpeed ZeRO-3"):
+        PPOTrainer(model=str(tiny_model_dir), reward_funcs=[length_reward], args=args, train_dataset=dataset,
+                   processing_class=tokenizer)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------ configs
+
+
+@pytest.mark.parametrize(
+    "config_cls, kwargs, message",
+    [
+        (ReinforceConfig, {"baseline": "mean"}, "baseline must be one of"),
+        (ReinforceConfig, {"kl_coef": -0.1}, "kl_coef must be >= 0"),
+        (ReinforceConfig, {"baseline": "none", "normalize_advantages": True}, "needs a baseline"),
+        (ReinforceConfig, {"num_iterations": 2}, "on-policy"),
+        (ReinforceConfig, {"steps_per_generation": 2}, "on-policy"),
+        (ReinforceConfig, {"beta": 0.1}, "leave beta at 0"),
+        (PPOConfig, {"gamma": 1.5}, "gamma must be in"),
+        (PPOConfig, {"lam": -0.1}, "lam must be in"),
+        (PPOConfig, {"vf_coef": -1.0}, "vf_coef must be"),
+        (PPOConfig, {"cliprange_value": 0.0}, "cliprange_value must be"),
+        (PPOConfig, {"kl_coef": -1.0}, "kl_coef must be"),
+        (PPOConfig, {"critic_learning_rate": 0.0}, "critic_learning_rate must be"),
+        (PPOConfig, {"num_iterations": 0}, "num_iterations must be"),
+        (PPOConfig, {"beta": 0.3}, "leave beta at 0"),
+    ],
+)
+def test_bad_config_values_raise_one_line_errors(config_cls, kwargs, message, tmp_path):
+    with pytest.raises(ValueError, match=message) as err:
+        config_cls(output_dir=str(tmp_path), use_cpu=True, bf16=False, **kwargs)
+    assert "\n" not in str(err.value)
+
+
+def test_kl_coef_sets_beta_only_for_the_reference_model(tmp_path):
+    assert ReinforceConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, kl_coef=0.05).beta == 0.05
+    assert ReinforceConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False).beta == 0.0
+    assert PPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, kl_coef=0.0).beta == 0.0
+
+
+def test_build_config_merges_defaults_and_rejects_unknown_keys(tmp_path):
+    config = build_config("reinforce_rloo", output_dir=str(tmp_path), use_cpu=True, bf16=False, learning_rate=1e-5)
+    assert (config.baseline, config.normalize_advantages, config.learning_rate) == ("rloo", True, 1e-5)
+    assert build_config("reinforce_rloo", output_dir=str(tmp_path), use_cpu=True, bf16=False,
+                        normalize_advantages=False).normalize_advantages is False  # fmt: skip
+    with pytest.raises(ValueError, match="unknown config key.*: kl_coeff, lr$"):
+        build_config("reinforce", output_dir=str(tmp_path), kl_coeff=0.1, lr=1.0)
+    with pytest.raises(ValueError, match="unknown method 'ppo2'"):
+        build_config("ppo2", output_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="unknown config key.*: baseline"):
+        build_config("grpo", output_dir=str(tmp_path), baseline="rloo")  # GRPOConfig has no baseline
+
+
+def test_methods_table():
+    assert list(METHODS) == ["vanilla_pg", "reinforce", "reinforce_kl", "reinforce_rloo", "ppo", "grpo", "rloo"]
+    for name, spec in METHODS.items():
+        assert spec.name == name and spec.paper
+        assert issubclass(spec.config_cls, __import__("trl").GRPOConfig) or spec.config_cls.__name__ == "RLOOConfig"
