@@ -136,6 +136,15 @@ def _per_problem(ev: Mapping[str, Any], name: str) -> dict[str, float] | None:
     return {r["task_id"]: float(v) for r, v in zip(rows, vals)}
 
 
+def _pooled(evals: Sequence[Mapping[str, Any]], name: str) -> dict[str, float] | None:
+    """Per-problem values of `name` averaged over seeds, in the first eval's problem order; None if the evals
+    lack per-problem rows or cover different problems."""
+    per = [_per_problem(ev, name) for ev in evals]
+    if not per or any(p is None for p in per) or any(set(p) != set(per[0]) for p in per):
+        return None
+    return {t: float(np.mean([p[t] for p in per])) for t in per[0]}
+
+
 def _combine(evals: Sequence[Mapping[str, Any]], name: str) -> dict[str, Any] | None:
     """One method's estimate of `name` over its seeds: {"value", "ci" ([lo, hi] or None), "n_seeds"}."""
     present = [ev["metrics"][name] for ev in evals if name in ev.get("metrics", {})]
@@ -143,14 +152,25 @@ def _combine(evals: Sequence[Mapping[str, Any]], name: str) -> dict[str, Any] | 
         return None
     if len(evals) == 1:
         return {"value": present[0]["value"], "ci": list(present[0]["ci"]), "n_seeds": 1}
-    per = [_per_problem(ev, name) for ev in evals]
-    if all(p is not None for p in per) and all(set(p) == set(per[0]) for p in per):
-        ids = list(per[0])  # the eval's own problem order, so one seed reproduces its stored CI
-        vals = np.mean([[p[t] for t in ids] for p in per], axis=0)
+    pooled = _pooled(evals, name)
+    if pooled is not None:
+        vals = np.array(list(pooled.values()))
         lo, hi = bootstrap_ci(vals, n_bootstrap=N_BOOTSTRAP, seed=BOOTSTRAP_SEED)
         return {"value": float(vals.mean()), "ci": [lo, hi], "n_seeds": len(evals)}
     # Seeds evaluated on different problems: no joint CI, only the mean of the seeds' values.
     return {"value": float(np.mean([m["value"] for m in present])), "ci": None, "n_seeds": len(evals)}
+
+
+def _delta_ci(
+    before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]], name: str
+) -> list | None:
+    """Paired bootstrap CI of after - before: both evals score the same problems, so resample problems once
+    and difference within each. Much tighter than comparing the two unpaired CIs."""
+    b, a = _pooled(before, name), _pooled(after, name)
+    if b is None or a is None or set(a) != set(b):
+        return None
+    lo, hi = bootstrap_ci([a[t] - b[t] for t in a], n_bootstrap=N_BOOTSTRAP, seed=BOOTSTRAP_SEED)
+    return [lo, hi]
 
 
 def _round(x: Any) -> Any:
@@ -217,6 +237,9 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
             for name in names
             if name in entry["before"] and name in entry["after"]
         }
+        befores = [r["before"] for r in mruns if r["before"] is not None]
+        afters = [r["after"] for r in mruns if r["after"] is not None]
+        entry["delta_ci"] = {name: _delta_ci(befores, afters, name) for name in entry["delta"]}
         methods.append(entry)
 
     curves, curve_skips = _curves(runs, order)
@@ -255,6 +278,10 @@ def _curves(runs: Sequence[Mapping[str, Any]], order: Sequence[str]) -> tuple[di
         series, missing = [], []
         for run in with_logs:
             steps, vals = _series(run["log_history"], key)
+            before = (run["before"] or {}).get("metrics", {}).get(key.removeprefix("eval/"))
+            if key.startswith("eval/") and vals and before and 0.0 not in steps:
+                # The starting model's score (same settings and seed as the callback's evals) is step 0.
+                steps, vals = [0.0, *steps], [float(before["value"]), *vals]
             if vals:
                 series.append({"method": run["method"], "seed": run["seed"], "steps": steps, "values": vals})
             elif run["method"] not in missing:
@@ -293,10 +320,14 @@ def _fmt(name: str, est: Mapping[str, Any] | None, *, ci: bool = True) -> str:
     return text
 
 
-def _fmt_delta(name: str, delta: float | None) -> str:
+def _fmt_delta(name: str, delta: float | None, ci: Sequence[float] | None = None) -> str:
     if delta is None:
         return "—"
-    return f"{100 * delta:+.1f} pp" if name != "avg_reward" else f"{delta:+.3f}"
+    pct = name != "avg_reward"
+    text = f"{100 * delta:+.1f} pp" if pct else f"{delta:+.3f}"
+    if ci is not None and None not in ci:
+        text += f" [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]" if pct else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]"
+    return text
 
 
 def _fmt_num(x: Any, spec: str) -> str:
@@ -313,8 +344,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     lines = [f"# {report['title']}", ""]
     lines += [
         "Pass@k is the unbiased estimator of Chen et al. (2021) over n samples per problem; greedy pass@1 uses one "
-        "greedy completion. Brackets are 95% bootstrap confidence intervals over problems. Avg reward is the "
-        "mean unit-test reward over all samples, as in the seed chapter.",
+        "greedy completion. Brackets are 95% bootstrap confidence intervals over problems; the Δ interval is a "
+        "paired bootstrap (before and after score the same problems), so it can exclude 0 while the two "
+        "intervals overlap. Avg reward is the mean unit-test reward over all samples, as in the seed chapter.",
         "",
         "## Results",
         "",
@@ -325,7 +357,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         for i, name in enumerate(_metric_names(entry)):
             lines.append(
                 f"| {entry['method'] if i == 0 else ''} | {_label(name)} | {_fmt(name, entry['before'].get(name))} "
-                f"| {_fmt(name, entry['after'].get(name))} | {_fmt_delta(name, entry['delta'].get(name))} |"
+                f"| {_fmt(name, entry['after'].get(name))} | {_fmt_delta(name, entry['delta'].get(name), entry['delta_ci'].get(name))} |"
             )
     lines += [
         "",
@@ -411,7 +443,9 @@ def _plot_curve(spec: Mapping[str, Any], order: Sequence[str], path: Path) -> No
         label = m if n_seeds[m] == 1 else f"{m} (seed {'?' if s['seed'] is None else s['seed']})"
         ax.plot(s["steps"], _smooth(s["values"]), color=color, linewidth=2, linestyle=styles[idx % 4],
                 marker=marker, markersize=4, label=label)  # fmt: skip
-    ax.set_title(spec["title"] + (" (faint: raw, bold: smoothed)" if spec["key"] != "eval/pass@1" else ""))
+    smoothed = any(len(s["values"]) >= 20 for s in spec["series"])  # _smooth is the identity below 20 points
+    note = " (step 0: eval_before.json)" if spec["key"].startswith("eval/") else ""
+    ax.set_title(spec["title"] + (" (faint: raw, bold: smoothed)" if smoothed else "") + note)
     ax.set_xlabel("training step")
     ax.set_ylabel(spec["ylabel"])
     ax.grid(alpha=0.3)

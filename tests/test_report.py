@@ -116,6 +116,13 @@ def test_report_numbers_match_the_evals(runs: list[Path], tmp_path: Path) -> Non
     assert grpo["after"]["greedy_pass@1"]["value"] == pytest.approx(17 / 30)
     assert grpo["delta"]["pass@5"] == pytest.approx(3 / 30)
     assert pg["delta"]["pass@1"] == pytest.approx(0.0)
+    assert pg["delta_ci"]["pass@1"] == [0.0, 0.0]  # paired: identical evals leave no spread
+    # Paired pass@5 differences are 0 except +1 on problems 19-21: the CI excludes negative changes.
+    lo, hi = grpo["delta_ci"]["pass@5"]
+    assert 0.0 <= lo <= 0.1 <= hi
+    # The eval curve starts with the starting model's score at step 0.
+    curve = report["curves"]["eval_pass_at_1"]["series"][0]
+    assert curve["steps"][:2] == [0.0, 10.0] and curve["values"][0] == pytest.approx(65 / 150)
     for name in ("pass@1", "pass@5", "avg_reward", "greedy_pass@1"):
         est = grpo["after"][name]
         assert est["ci"][0] <= est["value"] <= est["ci"][1]
@@ -125,7 +132,7 @@ def test_report_numbers_match_the_evals(runs: list[Path], tmp_path: Path) -> Non
 
     text = md.read_text()
     assert "| grpo | Pass@1 | 43.3% [" in text
-    assert "| Pass@5 | 63.3% [" in text and "73.3% [" in text and "+10.0 pp" in text
+    assert "| Pass@5 | 63.3% [" in text and "73.3% [" in text and "+10.0 pp [" in text
     for png in ("pass_at_k", "reward", "kl", "entropy", "completion_length", "frac_reward_zero_std"):
         assert (tmp_path / "out" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"({png}.png)" in text
