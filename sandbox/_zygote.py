@@ -932,9 +932,8 @@ def main():
             load_seccomp = build_seccomp()
         except OSError as e:
             print(f"passk zygote: no seccomp ({e})", file=sys.stderr)
-    uids = (None, None)
-    if os.geteuid() == 0 and "uid" not in off:
-        uids = (cfg["uid"], cfg["uid"] + 1)
+    # Never run candidates as root: RLIMIT_NPROC does not bind root, and root may signal every process.
+    uids = (cfg["uid"], cfg["uid"] + 1) if os.geteuid() == 0 else (None, None)
     gc.collect()
     gc.freeze()  # forked children then do not touch these pages through the collector
     spawner = Spawner(scratch_root, uids, load_seccomp)

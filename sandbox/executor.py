@@ -114,14 +114,15 @@ def default_hidden_dirs() -> list[str]:
     return [d for d in dirs if os.path.isdir(d)]
 
 
-_layers_reported = False
+_layers_reported: set[tuple] = set()
 
 
 def _report_layers(layers: dict[str, bool], python: str) -> None:
-    global _layers_reported
-    if _layers_reported:
+    """Log once per process (and again only if a later pool has a different set of layers)."""
+    key = tuple(sorted(layers.items()))
+    if key in _layers_reported:
         return
-    _layers_reported = True
+    _layers_reported.add(key)
     off = [k for k, v in layers.items() if not v]
     if off:
         log.warning("sandbox: isolation layers NOT active: %s (active: %s; python %s)", ", ".join(off),
@@ -286,7 +287,8 @@ class Sandbox:
         uid_base: first of the ``2 * n_workers`` uids the candidates run as when started as root.
         hide: directories to hide from the candidates (default: HumanEval's data and the HF cache).
         disable: isolation layers to switch off, for tests and debugging ("netns", "mountns", "userns",
-            "seccomp", "uid"). ``layers`` reports what is really active.
+            "seccomp"). The uid drop cannot be switched off: candidates never run as root. ``layers`` reports
+            what is really active.
 
     The pool starts on first use (or ``start()``) and stops on ``close()``, at interpreter exit, or when the
     object is garbage collected. Its workers exit on their own when this process dies.
@@ -295,6 +297,9 @@ class Sandbox:
     def __init__(self, n_workers: int | None = None, timeout: float = 3.0, memory_mb: int = 1024,
                  max_output_bytes: int = 1 << 20, python: str | None = None, *, uid_base: int = UID_BASE,
                  hide: Sequence[str] | None = None, disable: Sequence[str] = ()):
+        unknown = set(disable) - {"netns", "mountns", "userns", "seccomp"}
+        if unknown:
+            raise ValueError(f"cannot disable {sorted(unknown)}: candidates never run as root")
         self.n_workers = max(1, n_workers or os.cpu_count() or 1)
         self.timeout, self.memory_mb, self.max_output_bytes = float(timeout), int(memory_mb), int(max_output_bytes)
         self.python = choose_python(python)

