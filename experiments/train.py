@@ -96,10 +96,10 @@ def build_reward_funcs(exp: ExperimentArgs) -> list[Any]:
 # ----------------------------------------------------------------------------------------------------- model
 
 
-def _cache_root() -> Path:
+def _cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     from experiments.models import cache_root
 
-    return cache_root()
+    return cache_root(cache_dir)
 
 
 def resolve_base_model(exp: ExperimentArgs) -> str:
@@ -113,12 +113,14 @@ def resolve_base_model(exp: ExperimentArgs) -> str:
     return resolve_model(exp.model)
 
 
-def warm_started_model(base: str, steps: int, seed: int = 0) -> str:
+def warm_started_model(
+    base: str, steps: int, seed: int = 0, cache_dir: str | os.PathLike[str] | None = None
+) -> str:
     """The base model after `steps` supervised steps on the learnable task, built once and cached.
 
     Keyed by the base folder's config/weights digest, the steps and the seed, so every method of a comparison
     (and every later run) starts from the same weights; built in a temporary folder and renamed into place, so
-    concurrent builders never see half a model.
+    concurrent builders never see half a model. `cache_dir` defaults to $PASSK_CACHE or ~/.cache/passk.
     """
     from experiments.tasks import warm_start
 
@@ -128,7 +130,7 @@ def warm_started_model(base: str, steps: int, seed: int = 0) -> str:
         if f.is_file():
             digest.update(f.read_bytes())
     key = hashlib.sha256(f"{digest.hexdigest()}:{steps}:{seed}".encode()).hexdigest()[:16]
-    dest = _cache_root() / "warm_start" / f"learnable-{key}"
+    dest = _cache_root(cache_dir) / "warm_start" / f"learnable-{key}"
     if (dest / WARM_START_INFO).is_file():
         return str(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
