@@ -14,6 +14,7 @@ Processes of one slot:
   writes a per-task nonce at the end (exec mode).
 """
 
+import _socket  # not socket/shutil: each forked child pays for every page the spawner holds
 import builtins
 import ctypes
 import gc
@@ -22,9 +23,7 @@ import math
 import os
 import resource
 import select
-import shutil
 import signal
-import socket
 import struct
 import sys
 import time
@@ -50,11 +49,12 @@ PR_SET_PDEATHSIG, PR_SET_NAME = 1, 15
 WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock", "/dev/mqueue")
 
 libc = ctypes.CDLL(None, use_errno=True)
+# All arguments as unsigned long: prctl is variadic, and the kernel rejects garbage in unused arguments.
+_prctl = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, *[ctypes.c_ulong] * 4, use_errno=True)(("prctl", libc))
 
 
 def prctl(option, a2=0, a3=0, a4=0, a5=0):
-    # All as unsigned long: prctl is variadic, and the kernel rejects garbage in unused arguments.
-    return libc.prctl(ctypes.c_int(option), *(ctypes.c_ulong(a) for a in (a2, a3, a4, a5)))
+    return _prctl(option, a2, a3, a4, a5)
 
 
 # ---- framing -------------------------------------------------------------------------------------------
@@ -158,6 +158,23 @@ def mount(src, target, fstype, flags, data=None):
                       data and data.encode()), f"mount {target}")
 
 
+def rmtree(path):
+    """Remove a scratch directory (its candidate is dead by now); symlinks are removed, never followed."""
+    try:
+        for root, dirs, files in os.walk(path, topdown=False):
+            for name in files:
+                os.unlink(os.path.join(root, name))
+            for name in dirs:
+                p = os.path.join(root, name)
+                if os.path.islink(p):
+                    os.unlink(p)
+                else:
+                    os.rmdir(p)
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
 def isolate(cfg):
     """Enter private network and mount namespaces. Returns (namespaces entered, scratch root)."""
     done = {"netns": False, "mountns": False}
@@ -199,10 +216,8 @@ def isolate(cfg):
         except OSError as e:
             print(f"passk zygote: mount namespace set-up failed ({e}); scratch falls back to /tmp", file=sys.stderr)
             done["mountns"] = False
-    import tempfile
-
-    root = tempfile.mkdtemp(prefix="passk-")
-    os.chmod(root, 0o711)
+    root = f"/tmp/passk-{os.getpid()}-{os.urandom(4).hex()}"
+    os.mkdir(root, 0o711)
     return done, root
 
 
@@ -243,7 +258,7 @@ def build_seccomp():
 
     for name in SECCOMP_DENY:
         rule(name)
-    rule("socket", ArgCmp(0, ne, socket.AF_UNIX, 0))  # no IP, netlink, packet... sockets
+    rule("socket", ArgCmp(0, ne, _socket.AF_UNIX, 0))  # no IP, netlink, packet... sockets
     rule("kill", ArgCmp(0, ne, 0, 0))  # only its own process group: never the trainer or another task
 
     def load():
@@ -255,7 +270,7 @@ def build_seccomp():
 
 # ---- candidate (a child of the spawner) ----------------------------------------------------------------
 def set_name(name):
-    libc.prctl(PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)  # what ps and top show
+    prctl(PR_SET_NAME, ctypes.cast(ctypes.c_char_p(name), ctypes.c_void_p).value)  # what ps and top show
 
 
 def candidate_setup(fds, scratch, uid, spawner_pid):
@@ -374,7 +389,7 @@ def spawner_main(sock, scratch_root, uids):
         try:
             os.mkdir(path, 0o700)
         except FileExistsError:
-            shutil.rmtree(path, ignore_errors=True)
+            rmtree(path)
             os.mkdir(path, 0o700)
         if uid is not None:
             os.chown(path, uid, uid)
@@ -407,7 +422,7 @@ def spawner_main(sock, scratch_root, uids):
             os._exit(0)
         if data == b"take":
             pid, fds = ready
-            socket.send_fds(sock, [b"%d" % pid], fds)
+            sock.sendmsg([b"%d" % pid], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("4i", *fds))])
             for fd in fds:
                 os.close(fd)
             k += 1
@@ -423,7 +438,7 @@ def spawner_main(sock, scratch_root, uids):
                 try:
                     os.rmdir(path)
                 except OSError:  # not empty
-                    shutil.rmtree(path, ignore_errors=True)
+                    rmtree(path)
             if data[:4] == b"reap":
                 sock.send(b"%d" % status)
         else:
@@ -432,7 +447,7 @@ def spawner_main(sock, scratch_root, uids):
 
 class Spawner:
     def __init__(self, scratch_root, uids, load_seccomp):
-        self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock, child = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         self.pid = os.fork()
         if self.pid == 0:
             try:
@@ -452,7 +467,8 @@ class Spawner:
     def take(self):
         try:
             self.sock.send(b"take")
-            data, fds, _, _ = socket.recv_fds(self.sock, 64, 4)
+            data, anc, _, _ = self.sock.recvmsg(64, _socket.CMSG_SPACE(16))
+            fds = list(struct.unpack("4i", anc[0][2])) if anc and len(anc[0][2]) == 16 else []
         except OSError:
             data, fds = b"", []
         if not data or len(fds) != 4:
@@ -907,6 +923,32 @@ def probe(spawner, owner_uid):
     }
 
 
+WARM_PROGRAM = '''
+from typing import List, Optional
+
+
+def solve(numbers: List[int], k: Optional[int] = None) -> List[int]:
+    """ A docstring, as in the prompts.
+    >>> solve([1, 2], 1)
+    [2, 3]
+    """
+    return [n + (k or 0) for n in numbers if n is not None]
+'''
+
+
+def warm_up():
+    """Run the candidate's code paths once before the spawner forks: lazy one-time initialisations (the
+    compiler's, the JSON codec's, method caches) then happen here once, not in every candidate. Measured:
+    a trivial candidate costs ~1 ms less CPU."""
+    g = {"__name__": "__warm__", "__builtins__": builtins}
+    exec(compile(WARM_PROGRAM, "<warm>", "exec"), g)
+    prctl(3)  # PR_GET_DUMPABLE: the ctypes call path, as used for PR_SET_PDEATHSIG
+    frame = encode_frame({"f": "solve", "a": encode_value([[1, 2, 3], 1]), "k": encode_value({})})
+    call = json.loads(frame[4:])
+    encode_frame({"ret": encode_value(g["solve"](*decode_value(call["a"]), **decode_value(call["k"])))})
+    _flush()
+
+
 def main():
     cfg = json.loads(sys.argv[1])
     off = set(cfg.get("disable", ()))
@@ -925,6 +967,8 @@ def main():
     signal.signal(signal.SIGALRM, on_alarm)
     for name in cfg.get("preimport", PREIMPORT):
         __import__(name)
+    if cfg.get("warm", True):
+        warm_up()
     done, scratch_root = isolate(cfg)
     load_seccomp = None
     if "seccomp" not in off:
@@ -936,6 +980,7 @@ def main():
     uids = (cfg["uid"], cfg["uid"] + 1) if os.geteuid() == 0 else (None, None)
     gc.collect()
     gc.freeze()  # forked children then do not touch these pages through the collector
+    libc.malloc_trim(0)  # fewer pages to copy at every fork
     spawner = Spawner(scratch_root, uids, load_seccomp)
     try:
         layers = probe(spawner, cfg.get("owner_uid", os.getuid()))
@@ -958,7 +1003,7 @@ def main():
             write_all(OWNER_OUT, encode_frame(result))
     finally:
         if not done["mountns"]:
-            shutil.rmtree(scratch_root, ignore_errors=True)
+            rmtree(scratch_root)
 
 
 if __name__ == "__main__":
