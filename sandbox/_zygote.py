@@ -969,6 +969,8 @@ def main():
         __import__(name)
     if cfg.get("warm", True):
         warm_up()
+    if cfg.get("pin") is not None:  # judge, spawner and candidates ping-pong: keep them on one CPU
+        os.sched_setaffinity(0, {cfg["pin"]})
     done, scratch_root = isolate(cfg)
     load_seccomp = None
     if "seccomp" not in off:

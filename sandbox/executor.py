@@ -141,6 +141,9 @@ class _Worker:
 
     def spawn(self) -> None:
         cfg = dict(self.config, uid=self.config["uid_base"] + 2 * self.slot)
+        if cfg.pop("pin_cpus", False):
+            cpus = sorted(os.sched_getaffinity(0))
+            cfg["pin"] = cpus[self.slot % len(cpus)]
         self.proc = subprocess.Popen(
             [self.python, "-I", "-S", str(ZYGOTE), json.dumps(cfg)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
@@ -286,6 +289,9 @@ class Sandbox:
             ``/usr/bin/python3``).
         uid_base: first of the ``2 * n_workers`` uids the candidates run as when started as root.
         hide: directories to hide from the candidates (default: HumanEval's data and the HF cache).
+        pin_cpus: pin worker ``i`` (its judge, spawner and candidates) to the i-th CPU this process may use.
+            They hand work to each other at every call; on one CPU that costs no cross-CPU wake-ups. Measured
+            on 2 shared vCPUs: 270 -> 466 problems/s and -17% CPU per problem.
         disable: isolation layers to switch off, for tests and debugging ("netns", "mountns", "userns",
             "seccomp"). The uid drop cannot be switched off: candidates never run as root. ``layers`` reports
             what is really active.
@@ -296,7 +302,7 @@ class Sandbox:
 
     def __init__(self, n_workers: int | None = None, timeout: float = 3.0, memory_mb: int = 1024,
                  max_output_bytes: int = 1 << 20, python: str | None = None, *, uid_base: int = UID_BASE,
-                 hide: Sequence[str] | None = None, disable: Sequence[str] = ()):
+                 pin_cpus: bool = True, hide: Sequence[str] | None = None, disable: Sequence[str] = ()):
         unknown = set(disable) - {"netns", "mountns", "userns", "seccomp"}
         if unknown:
             raise ValueError(f"cannot disable {sorted(unknown)}: candidates never run as root")
@@ -304,7 +310,7 @@ class Sandbox:
         self.timeout, self.memory_mb, self.max_output_bytes = float(timeout), int(memory_mb), int(max_output_bytes)
         self.python = choose_python(python)
         self._config = {"uid_base": uid_base, "hide": list(default_hidden_dirs() if hide is None else hide),
-                        "disable": list(disable), "owner_uid": os.getuid()}
+                        "disable": list(disable), "owner_uid": os.getuid(), "pin_cpus": pin_cpus}
         self._pool: _Pool | None = None
         self._lock = threading.Lock()
         self._finalizer: weakref.finalize | None = None
