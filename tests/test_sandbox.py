@@ -394,6 +394,47 @@ def test_shared_instance_and_module_functions():
     assert isinstance(sandbox.run, type(sandbox.run_batch)) and callable(sandbox.arun_batch)
 
 
+OWNER = """
+import json, sys, time
+sys.path.insert(0, {root!r})
+from sandbox import Sandbox
+sb = Sandbox(n_workers=2, timeout=60, uid_base={uid_base}).start()
+future = sb.submit("import time\\ntime.sleep(60)\\n")  # a candidate that never reads its pipes
+time.sleep(0.5)
+print(json.dumps(sb.worker_pids()), flush=True)
+time.sleep(600)
+"""
+
+
+def test_workers_die_with_their_owner_even_when_it_is_killed():
+    uid_base = UID_BASE + 18
+    owner = subprocess.Popen([sys.executable, "-c", OWNER.format(root=str(ROOT), uid_base=uid_base)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        zygotes = json.loads(owner.stdout.readline())
+        tree = {pid for pid, _ in proc_states(owner.pid)}
+        assert set(zygotes) < tree and len(tree) >= 2 * 3  # zygote, spawner, ready candidate per worker (+ 1)
+        assert _slot_processes(uid_base, 2)
+    finally:
+        owner.kill()
+        owner.wait()
+    assert wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in tree))
+    assert wait_until(lambda: _slot_processes(uid_base, 2) == [])
+
+
+def test_a_garbage_collected_sandbox_stops_its_workers():
+    import gc
+
+    s = Sandbox(n_workers=1, uid_base=UID_BASE + 22)
+    assert s.run(ADD, ADD_TESTS, "add").passed
+    zygote = s.worker_pids()[0]
+    assert _slot_processes(UID_BASE + 22, 1)
+    del s
+    gc.collect()
+    assert wait_until(lambda: not Path(f"/proc/{zygote}").exists())  # stopped and reaped
+    assert wait_until(lambda: _slot_processes(UID_BASE + 22, 1) == [])
+
+
 def test_result_fraction():
     assert Result.of(Status.PASSED).fraction == 1.0
     assert Result.of(Status.FAILED).fraction == 0.0
