@@ -34,6 +34,7 @@ __all__ = [
     "RL_DEFAULTS",
     "RL_METHOD_OVERRIDES",
     "all_problems",
+    "build_row",
     "build_rows",
     "heldout_rows",
     "is_heldout",
@@ -131,13 +132,16 @@ def _test_inputs(problem: Problem, rng: random.Random) -> list[Any]:
     op = _OPS_BY_NAME[problem.op]
     if op.kind == "int":
         if op.consts is None:
-            return [rng.randint(-50, 50) for _ in range(4)]
-        # Half the inputs within 15 of C, one on each side, so e.g. max(x, C), x and C are told apart.
+            return [rng.randint(-50, -1), rng.randint(1, 50), rng.randint(-50, 50), rng.randint(-50, 50)]
+        # One input within 15 below C and one above, so max(x, C), x and C are told apart, and a multiple of C,
+        # so that x // C and x % C tell C from C +- 1 (a miscopied constant must fail).
         near = [problem.c - rng.randint(1, 15), problem.c + rng.randint(1, 15)]
-        return [rng.randint(-100, 100), rng.randint(-100, 100), *near]
+        return [rng.randint(-100, 100), *near, problem.c * rng.randint(2, 9)]
     if op.kind == "str":
         letters = "abcdefghijklmnopqrstuvwxyz"
-        return ["".join(rng.choice(letters) for _ in range(rng.randint(2, 10))) for _ in range(4)]
+        # The last string is longer than any C + 1, so s[:C] tells C from C + 1.
+        lengths = [rng.randint(2, 10) for _ in range(3)] + [rng.randint(11, 12)]
+        return ["".join(rng.choice(letters) for _ in range(n)) for n in lengths]
     return [[rng.randint(-20, 50) for _ in range(rng.randint(1, 6))] for _ in range(4)]
 
 
@@ -233,6 +237,8 @@ def warm_start(
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
+    if steps < 1:
+        raise ValueError(f"warm_start: steps must be >= 1; got {steps}")
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
