@@ -1,17 +1,21 @@
 """Zygote worker of the passk sandbox. Stdlib only, never imports the package; started by the owner as
-``python -I -S _zygote.py CONFIG_JSON`` with a minimal environment. One zygote per worker slot.
+``python -I -S _zygote.py CONFIG_JSON`` with a minimal environment. One zygote per worker slot, pinned to one
+CPU with everything it forks (the three processes below hand work to each other at every call).
 
 Processes of one slot:
 
-* **judge** (this process, root when the owner is root): isolates itself once (network and mount
-  namespaces, seccomp filter compiled), then loops: a task in on fd 0, a result out on fd 1, each a
-  4-byte big-endian length + JSON. Runs the *trusted* dataset tests; the candidate is reached only
-  through ``RemoteFunction`` proxies that move plain tagged JSON. Exits on EOF, i.e. when the owner dies.
+* **judge** (this process; root when the owner is root): isolates itself once (network and mount
+  namespaces), then loops: a task in on fd 0, a result out on fd 1, each a 4-byte big-endian length + JSON.
+  Runs the *trusted* dataset tests; the candidate is reached only through ``RemoteFunction`` proxies that move
+  plain tagged JSON. Exits on EOF of fd 0, i.e. when the owner closes the pool or dies.
 * **spawner**: forked at start-up, before any task, so its memory never holds a test: a candidate forked
-  from it cannot find expected values by scanning its own heap. Forks one candidate per task and reaps it.
-* **candidate**: one per task. setsid, rlimits, its own uid, no-new-privs + seccomp, a private scratch
-  directory, then it runs the untrusted program and serves calls (rpc mode) or runs program + tests and
-  writes a per-task nonce at the end (exec mode).
+  from it cannot find expected values even in freed memory. It loads the seccomp filter on itself (every
+  candidate inherits it) and keeps one candidate forked and set up ahead of time: the judge takes it over a
+  socket (its pipes passed with SCM_RIGHTS), and the spawner forks the next while the task runs. Two uids and
+  two scratch directories alternate, so the running candidate cannot touch the waiting one.
+* **candidate**: one per task. setsid, rlimits, its own uid, PR_SET_PDEATHSIG, a private scratch directory;
+  then it reads the task, lowers RLIMIT_AS/RLIMIT_CPU to the task's, runs the untrusted program and serves
+  calls (rpc mode), or runs program + tests and writes the per-task nonce at the end (exec mode).
 """
 
 import _socket  # not socket/shutil: each forked child pays for every page the spawner holds
@@ -367,6 +371,8 @@ def serve():
             out = {"unencodable": str(e)[:200]}
         except RecursionError:
             out = {"unencodable": "value too deep"}
+        if "ret" in out and len(encode_frame(out)) > MAX_REPLY:
+            out = {"unencodable": "value too large"}
         _reply(out)
 
 
@@ -657,8 +663,11 @@ class RemoteFunction:
             raise Abort("protocol_violation", "malformed reply")
         if name == "MemoryError":
             raise Abort("memory_exceeded", f"MemoryError in {self.name}()")
-        cls = SAFE_EXCEPTIONS.get(name)
-        raise cls(msg) if cls is not None else RuntimeError(f"{name}: {msg}")
+        try:
+            exc = SAFE_EXCEPTIONS[name](msg)
+        except (KeyError, TypeError):  # not a builtin, or one with another constructor (UnicodeDecodeError)
+            exc = RuntimeError(f"{name}: {msg}")
+        raise exc
 
 
 class RemoteNames(dict):
