@@ -352,17 +352,24 @@ def proc_states(root_pid: int) -> list[tuple[int, str]]:
     return out
 
 
+def settled_tree(s: Sandbox) -> bool:
+    """Each zygote has exactly its spawner and one pre-forked candidate below it, and nothing is a zombie
+    (the candidate that ran is reaped while its result travels back, so this may take a moment)."""
+    trees = [proc_states(z) for z in s.worker_pids()]
+    return all(len(t) == 2 and all(state != "Z" for _, state in t) for t in trees)
+
+
 def test_a_thousand_runs_leave_no_zombie_and_no_fd_growth(sb):
     tasks = [{"program": ADD if i % 3 else "def add(x, y):\n    return 0\n", "tests": ADD_TESTS, "entry_point": "add"}
              for i in range(1000)]
     sb.run_batch(tasks[:20])
+    assert wait_until(lambda: settled_tree(sb))
     fds_before = len(os.listdir("/proc/self/fd"))
-    tree_before = len(proc_states(os.getpid()))
     results = sb.run_batch(tasks)
     assert [r.passed for r in results] == [bool(i % 3) for i in range(1000)]
     assert len(os.listdir("/proc/self/fd")) == fds_before
-    assert wait_until(lambda: all(s != "Z" for _, s in proc_states(os.getpid())))
-    assert wait_until(lambda: len(proc_states(os.getpid())) == tree_before)
+    assert wait_until(lambda: settled_tree(sb))
+    assert all(state != "Z" for _, state in proc_states(os.getpid()))
 
 
 def test_async_api(sb):
