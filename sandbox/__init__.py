@@ -5,10 +5,12 @@
         result = sb.run(prompt + completion, tests, entry_point)   # Result(status=..., passed=..., ...)
 
 Design. One small zygote (``python -I -S``, stdlib only, never torch/CUDA) per worker slot, started with
-fork+exec. Once per zygote it enters a private network namespace (no interface up: no network, not even
-loopback) and a private mount namespace, and compiles a seccomp filter. A spawner process forked from it keeps
-one candidate process forked and set up ahead of time; each task gets a fresh one. The tests run in the
-zygote (the "judge"); the candidate only loads the program and answers calls.
+fork+exec and pinned to one CPU. Once per zygote it enters a private network namespace (no interface up: no
+network, not even loopback) and a private mount namespace, and compiles a seccomp filter. A spawner process
+forked from it (before it ever sees a test) keeps one candidate process forked and set up ahead of time; each
+task gets a fresh one, killed and reaped afterwards. The tests run in the zygote (the "judge"); the candidate
+only loads the program and answers calls. See ``_zygote.py`` for the processes and ``executor.py`` for the
+pool.
 
 Threat model: what is defended
 ------------------------------
@@ -25,14 +27,17 @@ Against a program that wants to harm the host or fake a pass (a model that learn
 * **Host damage.** Each program runs in its own process, never the trainer's, SIGKILLed with its process
   group at a wall-clock deadline (a CPU limit alone never fires on a sleeping process) and reaped. rlimits:
   address space (``memory_mb``), CPU (``ceil(timeout) + 1`` s), file size 16 MiB, 64 fds, no core, no new
-  processes (RLIMIT_NPROC = 0; as root it is not enforced, so candidates run as per-slot uids 61000+).
+  processes (RLIMIT_NPROC = 0; as root it is not enforced, so candidates never run as root: two uids per
+  slot from 61000, ``uid_base``).
   No network (network namespace; seccomp also refuses non-AF_UNIX sockets). No writes outside a private
   scratch directory (mount namespace: an empty read-only tmpfs over /tmp, /var/tmp, /dev/shm, /run/lock; the
   scratch is a size-limited tmpfs, removed after each task). HumanEval's data and the HF cache are hidden.
   seccomp refuses execve, ptrace, process_vm_*, mount, unshare, setns, bpf, io_uring, kexec, module
-  loading, keyctl, and signals to anything but the program's own process group. stdin is /dev/null, stdout and
-  stderr are read with a size cap, and the environment holds only PATH and LANG (no HF_TOKEN, WANDB_API_KEY...). Workers exit when their owner does, even when it is SIGKILLed (stdin EOF, then
-  PR_SET_PDEATHSIG down the tree).
+  loading, keyctl, and signals to anything but the program's own process group. stdin is /dev/null, stdout
+  and stderr are read with a size cap, and the environment holds only PATH and LANG (no HF_TOKEN,
+  WANDB_API_KEY...). Workers exit when their owner does, even when it is SIGKILLed (stdin EOF, then
+  PR_SET_PDEATHSIG down the tree). After a completed task the candidate is reaped while its result travels
+  back (milliseconds), before the worker takes the next task.
 
 Where a layer is unavailable (not root: a user namespace is tried; no user namespaces; no libseccomp), the
 sandbox degrades, logs once which layers are active (``Sandbox.layers``, observed by a probe program in a
@@ -50,7 +55,8 @@ What is not defended
 * **The tests must be trusted.** They run in the judge, as root when the trainer is root (without network).
   rpc mode also cannot see argument mutation, object identity, generators or callables passed to the candidate
   (a test that passes one is reported as ``sandbox_error``: run it with ``mode="exec"``).
-* World-readable files stay readable, CPU time is shared with the host (no cgroup), and side channels
+* World-readable files stay readable (outside the hidden directories), filesystem AF_UNIX sockets stay
+  reachable where their permissions allow, CPU time is shared with the host (no cgroup), and side channels
   (timing, /proc of other processes' command lines) are out of scope.
 """
 

@@ -261,17 +261,17 @@ class _Pool:
         if self.closed or os.getpid() != self.owner_pid:  # a forked child must not touch the parent's workers
             return
         self.closed = True
-        for _ in self.workers:
-            self.queue.put(None)
-        for w in self.workers:
-            w.kill()
-        while True:  # whatever was still queued
+        while True:  # whatever is still queued
             try:
                 item = self.queue.get_nowait()
             except queue.Empty:
                 break
-            if item is not None:
+            if item is not None and item[1].set_running_or_notify_cancel():
                 item[1].set_result(Result.of(Status.SANDBOX_ERROR, "the sandbox was closed"))
+        for _ in self.workers:
+            self.queue.put(None)  # one stop sign per dispatcher
+        for w in self.workers:
+            w.kill()
 
     def pids(self) -> list[int]:
         return [w.proc.pid for w in self.workers if w.proc is not None]
