@@ -83,8 +83,9 @@ class ExperimentArgs:
 
     Parameters:
         reward_funcs (`list[str]`, defaults to `["unit_test"]`): "unit_test" (1 if every test passes),
-            "partial" (fraction of asserts), "format" (one parseable function with the right name), or a dotted
-            path `module.attr` to a TRL-style reward callable. Weights: the trainer config's `reward_weights`.
+            "partial" (fraction of asserts), "format" (one parseable function with the right name), or a
+            TRL-style reward callable as `module.attr`, `module:attr` or `path/to/file.py:attr`. Weights: the
+            trainer config's `reward_weights`.
         reward_timeout (`float`, defaults to `3.0`): Seconds per sandboxed test run.
         reward_memory_mb (`int`, defaults to `1024`): Address-space limit per sandboxed run.
 
@@ -341,7 +342,7 @@ def _one_line(e: BaseException, fields: Sequence[str] = ()) -> str:
             f"bf16: {first} On CPU set use_cpu: true, bf16: false, activation_checkpointing: false "
             f"(the *_cpu configs do)."
         )
-    if "generations per prompt" in first:
+    if "generations per prompt" in first or "divisible by num_generations" in first:
         return f"num_generations: {first}"
     named = [f for f in fields if re.search(rf"\b{re.escape(f)}\b", first)]
     if named and not first.startswith(f"{named[0]}:"):

@@ -20,7 +20,7 @@ every rank). Sharded runs (FSDP, DeepSpeed ZeRO-3) evaluate the saved model, rel
 from __future__ import annotations
 
 import hashlib
-import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -58,6 +58,8 @@ def build_datasets(exp: ExperimentArgs) -> tuple[Any, Any]:
             load_humaneval(source), n_train=exp.n_train, n_eval=exp.n_eval, seed=exp.split_seed
         )
         train, evaluation = split["train"], split["eval"]
+    if not exp.n_eval:  # no evaluation: zero rows, but the columns of the train rows
+        evaluation = train.select([])
     rows = {"style": exp.style, "system_prompt": exp.system_prompt}
     return to_rl_rows(train, **rows), to_rl_rows(evaluation, **rows)
 
@@ -66,11 +68,21 @@ def build_datasets(exp: ExperimentArgs) -> tuple[Any, Any]:
 
 
 def _import_dotted(path: str) -> Any:
-    module_name, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
-    if os.getcwd() not in sys.path:  # as TRL's scripts do: a reward module next to the config works
-        sys.path.insert(0, os.getcwd())
+    """`package.module.attr`, `package.module:attr` or `path/to/file.py:attr`."""
+    module_name, _, attr = path.rpartition(":") if ":" in path else path.rpartition(".")
     try:
-        return getattr(importlib.import_module(module_name), attr)
+        if module_name.endswith(".py"):
+            file = Path(module_name).expanduser().resolve()
+            spec = importlib.util.spec_from_file_location(f"passk_reward_{file.stem}", file)
+            if spec is None or spec.loader is None or not file.is_file():
+                raise ImportError(f"no such file {file}")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path:  # as TRL's scripts do: a reward module next to the config works
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(module_name)
+        return getattr(module, attr)
     except (ImportError, AttributeError) as e:
         raise ConfigError(f"reward_funcs: cannot import {path!r}: {e}") from None
 
