@@ -306,6 +306,9 @@ class Sandbox:
         unknown = set(disable) - {"netns", "mountns", "userns", "seccomp"}
         if unknown:
             raise ValueError(f"cannot disable {sorted(unknown)}: candidates never run as root")
+        if timeout <= 0 or memory_mb < 64 or max_output_bytes < 1:
+            raise ValueError("timeout must be > 0, memory_mb >= 64 (the interpreter needs ~40 MiB), "
+                             "max_output_bytes >= 1")
         self.n_workers = max(1, n_workers or os.cpu_count() or 1)
         self.timeout, self.memory_mb, self.max_output_bytes = float(timeout), int(memory_mb), int(max_output_bytes)
         self.python = choose_python(python)
@@ -369,6 +372,8 @@ class Sandbox:
         if "\x00" in program:  # compile() refuses it too; subprocess-based harnesses crash on it
             return Result.of(Status.SYNTAX_ERROR, "source code contains a NUL byte")
         timeout = self.timeout if timeout is None else float(timeout)
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0, not {timeout}")
         return {"program": program, "tests": tests or "", "entry_point": entry_point, "mode": mode,
                 "timeout": timeout, "memory_mb": self.memory_mb, "max_output": self.max_output_bytes}
 
