@@ -1,0 +1,264 @@
+"""Step time and peak memory of each method relative to TRL's GRPOTrainer, same model, batch and seed.
+
+    python benchmarks/bench_trainers.py                       # 7 methods + grpo(beta) baseline, 3 rounds
+    python benchmarks/bench_trainers.py --rounds 1 --steps 6 --methods grpo ppo
+    python benchmarks/bench_trainers.py --hidden 256 --layers 4 --out runs/bench_trainers.json
+
+Every (round, method) runs in a fresh subprocess, so peak memory is that method's alone; rounds interleave the
+methods, so a change in machine load hits all of them alike, and each ratio is taken against GRPO *of the same
+round* before the median over rounds. Step time is the mean wall time of an optimizer step (generation, reward,
+forward/backward, optimizer) after `--warmup` steps; it is a mean, not a median, because PPO generates only every
+`num_iterations` steps. Peak memory is the CUDA peak allocation on a GPU; on CPU it is the peak resident set size
+of the process minus its size just before the trainer is built (model, reference, critic, optimizer states,
+activations), sampled every 2 ms.
+
+The model is a randomly initialised task-sized Qwen2 (its completions never stop early, so every method generates
+exactly `--completion` tokens) rewarded by `rewards.unit_test_reward`. Targets: the REINFORCE family within 1.05x
+of GRPO in time and memory; PPO within 1.8x in time and 2.2x in memory. Methods that load a reference model
+(`reinforce_kl`, `ppo`, `rloo`) are also compared with GRPO at beta = 0.05, which loads one too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# name -> (method in METHODS, config overrides)
+VARIANTS: dict[str, tuple[str, dict]] = {
+    "grpo": ("grpo", {}),
+    "grpo_beta": ("grpo", {"beta": 0.05}),
+    "vanilla_pg": ("vanilla_pg", {}),
+    "reinforce": ("reinforce", {}),
+    "reinforce_kl": ("reinforce_kl", {}),
+    "reinforce_rloo": ("reinforce_rloo", {}),
+    "ppo": ("ppo", {}),
+    "rloo": ("rloo", {}),
+}
+TARGETS = {  # (time, memory) ceilings relative to GRPO
+    "vanilla_pg": (1.05, 1.05),
+    "reinforce": (1.05, 1.05),
+    "reinforce_kl": (1.05, 1.05),
+    "reinforce_rloo": (1.05, 1.05),
+    "ppo": (1.8, 2.2),
+}
+WITH_REFERENCE = {"reinforce_kl", "ppo", "rloo"}
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class _PeakSampler(threading.Thread):
+    def __init__(self, interval: float = 0.002):
+        super().__init__(daemon=True)
+        self.interval, self.peak, self._stop_flag = interval, _rss_bytes(), threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_flag.is_set():
+            self.peak = max(self.peak, _rss_bytes())
+            time.sleep(self.interval)
+
+    def stop(self) -> int:
+        self._stop_flag.set()
+        self.join()
+        return max(self.peak, _rss_bytes())
+
+
+def worker(args: argparse.Namespace) -> dict:
+    """Train one variant for `args.steps` steps and return its step times and peak memory."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from transformers import AutoTokenizer, TrainerCallback
+    from transformers.trainer_callback import PrinterCallback
+
+    import rewards
+    from experiments.tasks import train_rows
+    from experiments.trainers import METHODS, build_config
+
+    method, overrides = VARIANTS[args.worker]
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    dataset = train_rows(2000)
+    config = build_config(
+        method,
+        output_dir=tempfile.mkdtemp(prefix=f"bench-{args.worker}-"),
+        use_cpu=not torch.cuda.is_available(),
+        bf16=torch.cuda.is_available(),
+        activation_checkpointing=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        per_device_train_batch_size=args.batch,
+        num_generations=args.generations,
+        max_completion_length=args.completion,
+        learning_rate=1e-5,
+        max_steps=args.steps,
+        seed=args.seed,
+        **overrides,
+    )
+
+    step_times: list[float] = []
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            step_times.append(time.perf_counter() - self.t0)
+
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        base = _rss_bytes()
+        sampler = _PeakSampler()
+        sampler.start()
+    trainer = METHODS[method].trainer_cls(
+        model=args.model,
+        reward_funcs=[rewards.unit_test_reward],
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[StepTimer()],
+    )
+    trainer.remove_callback(PrinterCallback)
+    trainer.train()
+    peak = torch.cuda.max_memory_allocated() if cuda else sampler.stop()
+    lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
+    return {
+        "variant": args.worker,
+        "step_times": step_times,
+        "peak_bytes": peak - base,
+        "memory_kind": "cuda_peak_allocated" if cuda else "rss_peak_minus_start",
+        "mean_completion_length": statistics.fmean(lengths) if lengths else None,
+    }
+
+
+def run_variant(args: argparse.Namespace, variant: str, model: str) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".json") as out:
+        cmd = [
+            sys.executable, __file__, "--worker", variant, "--json-out", out.name, "--model", model,
+            "--steps", str(args.steps), "--batch", str(args.batch), "--generations", str(args.generations),
+            "--completion", str(args.completion), "--seed", str(args.seed), "--threads", str(args.threads),
+        ]  # fmt: skip
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT))
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{variant} failed:\n{proc.stderr[-3000:]}")
+        return json.loads(Path(out.name).read_text())
+
+
+def summarize(runs: list[dict], warmup: int) -> dict:
+    """Per variant: median over rounds of the mean step time, of the peak memory, and of the ratios to GRPO."""
+    rounds = sorted({r["round"] for r in runs})
+    by = {(r["round"], r["variant"]): r for r in runs}
+    variants = list(dict.fromkeys(r["variant"] for r in runs))
+    summary = {}
+    for v in variants:
+        times, mems, time_ratios, mem_ratios, like_time, like_mem = [], [], [], [], [], []
+        for rd in rounds:
+            run, base = by.get((rd, v)), by.get((rd, "grpo"))
+            if run is None:
+                continue
+            t = statistics.fmean(run["step_times"][warmup:])
+            times.append(t)
+            mems.append(run["peak_bytes"])
+            if base is not None:
+                time_ratios.append(t / statistics.fmean(base["step_times"][warmup:]))
+                mem_ratios.append(run["peak_bytes"] / base["peak_bytes"])
+            ref = by.get((rd, "grpo_beta"))
+            if ref is not None and v in WITH_REFERENCE:
+                like_time.append(t / statistics.fmean(ref["step_times"][warmup:]))
+                like_mem.append(run["peak_bytes"] / ref["peak_bytes"])
+        med = statistics.median
+        summary[v] = {
+            "step_time_s": med(times),
+            "peak_mib": med(mems) / 2**20,
+            "time_vs_grpo": med(time_ratios) if time_ratios else None,
+            "memory_vs_grpo": med(mem_ratios) if mem_ratios else None,
+            "time_vs_grpo_beta": med(like_time) if like_time else None,
+            "memory_vs_grpo_beta": med(like_mem) if like_mem else None,
+            "rounds": len(times),
+        }
+    return summary
+
+
+def print_table(summary: dict) -> None:
+    def f(x, fmt):
+        return "-" if x is None else format(x, fmt)
+
+    print(f"{'method':<16}{'s/step':>8}{'peak MiB':>10}{'time/GRPO':>11}{'mem/GRPO':>10}"
+          f"{'time/GRPO(b)':>14}{'mem/GRPO(b)':>13}  target")  # fmt: skip
+    for v, s in summary.items():
+        target = TARGETS.get(v)
+        verdict = ""
+        if target and s["time_vs_grpo"] is not None:
+            ok = s["time_vs_grpo"] <= target[0] and s["memory_vs_grpo"] <= target[1]
+            verdict = f"{'met' if ok else 'MISSED'} (<= {target[0]}x time, {target[1]}x mem)"
+        print(
+            f"{v:<16}{s['step_time_s']:>8.3f}{s['peak_mib']:>10.1f}{f(s['time_vs_grpo'], '.3f'):>11}"
+            f"{f(s['memory_vs_grpo'], '.3f'):>10}{f(s['time_vs_grpo_beta'], '.3f'):>14}"
+            f"{f(s['memory_vs_grpo_beta'], '.3f'):>13}  {verdict}"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2, help="steps left out of the mean (must be even for PPO)")
+    parser.add_argument("--batch", type=int, default=64, help="completions per step")
+    parser.add_argument("--generations", type=int, default=8)
+    parser.add_argument("--completion", type=int, default=32, help="tokens per completion")
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=None, help="write runs and summary as JSON here")
+    parser.add_argument("--model", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--json-out", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+
+    if args.worker:
+        Path(args.json_out).write_text(json.dumps(worker(args)))
+        return
+
+    from experiments.tasks import task_model_path
+
+    model = str(task_model_path(seed=args.seed, hidden_size=args.hidden, num_layers=args.layers))
+    methods = ["grpo", *[m for m in args.methods if m != "grpo"]]
+    runs = []
+    for rd in range(args.rounds):
+        for variant in methods:
+            result = run_variant(args, variant, model)
+            result["round"] = rd
+            runs.append(result)
+            mean = statistics.fmean(result["step_times"][args.warmup :])
+            print(f"round {rd} {variant:<16} {mean:.3f} s/step  peak +{result['peak_bytes'] / 2**20:.1f} MiB", flush=True)
+    summary = summarize(runs, args.warmup)
+    print()
+    print_table(summary)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        settings = {k: v for k, v in vars(args).items() if k not in ("worker", "json_out", "out")}
+        args.out.write_text(json.dumps({"settings": settings, "summary": summary, "runs": runs}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
