@@ -34,6 +34,12 @@ log = logging.getLogger("sandbox")
 ZYGOTE = Path(__file__).with_name("_zygote.py")
 MAX_PROGRAM_BYTES = 1 << 20
 UID_BASE = 61000  # slot i runs its candidates as uids UID_BASE + 2i and UID_BASE + 2i + 1 (when root)
+UIDS_PER_LOCAL_RANK = 256  # accelerate/torchrun ranks on one node get disjoint uid ranges
+
+
+def default_uid_base() -> int:
+    """UID_BASE, shifted by the node-local rank so that the pools of several trainer processes never share uids."""
+    return UID_BASE + UIDS_PER_LOCAL_RANK * int(os.environ.get("LOCAL_RANK", "0") or 0)
 GRACE = 10.0  # seconds a zygote may take beyond a task's timeout before it is declared dead
 
 
@@ -287,7 +293,8 @@ class Sandbox:
         max_output_bytes: stdout + stderr cap; beyond it the program is killed (status ``output_limit``).
         python: interpreter for the workers (default: this one if other users can reach it, else
             ``/usr/bin/python3``).
-        uid_base: first of the ``2 * n_workers`` uids the candidates run as when started as root.
+        uid_base: first of the ``2 * n_workers`` uids the candidates run as when started as root (default:
+            61000 + 256 * LOCAL_RANK, so ranks on one node never share uids).
         hide: directories to hide from the candidates (default: HumanEval's data and the HF cache).
         pin_cpus: pin worker ``i`` (its judge, spawner and candidates) to the i-th CPU this process may use.
             They hand work to each other at every call; on one CPU that costs no cross-CPU wake-ups. Measured
@@ -301,7 +308,7 @@ class Sandbox:
     """
 
     def __init__(self, n_workers: int | None = None, timeout: float = 3.0, memory_mb: int = 1024,
-                 max_output_bytes: int = 1 << 20, python: str | None = None, *, uid_base: int = UID_BASE,
+                 max_output_bytes: int = 1 << 20, python: str | None = None, *, uid_base: int | None = None,
                  pin_cpus: bool = True, hide: Sequence[str] | None = None, disable: Sequence[str] = ()):
         unknown = set(disable) - {"netns", "mountns", "userns", "seccomp"}
         if unknown:
@@ -312,6 +319,7 @@ class Sandbox:
         self.n_workers = max(1, n_workers or os.cpu_count() or 1)
         self.timeout, self.memory_mb, self.max_output_bytes = float(timeout), int(memory_mb), int(max_output_bytes)
         self.python = choose_python(python)
+        uid_base = default_uid_base() if uid_base is None else uid_base
         self._config = {"uid_base": uid_base, "hide": list(default_hidden_dirs() if hide is None else hide),
                         "disable": list(disable), "owner_uid": os.getuid(), "pin_cpus": pin_cpus}
         self._pool: _Pool | None = None

@@ -492,3 +492,14 @@ def test_killed_worker_is_retried_then_reported():
         result = future.result(timeout=60)
         assert result.status is Status.SANDBOX_ERROR and "twice" in result.message, result
         assert s.run(ADD, ADD_TESTS, "add").passed  # and the pool recovers
+
+
+def test_local_ranks_get_disjoint_uid_ranges(monkeypatch):
+    from sandbox.executor import default_uid_base
+
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    rank0 = default_uid_base()
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    rank1 = default_uid_base()
+    assert rank1 - rank0 >= 2 * (os.cpu_count() or 1)  # rank 0's slots never reach rank 1's uids
+    assert Sandbox(n_workers=1)._config["uid_base"] == rank1
