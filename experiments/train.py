@@ -292,12 +292,18 @@ def find_resume_checkpoint(exp: ExperimentArgs, cfg: Any) -> str | None:
     return last
 
 
-def run(exp: ExperimentArgs, cfg: Any) -> Path:
-    """Run one experiment from parsed configs; returns `output_dir`. See the module docstring."""
+def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
+    """Run one experiment from parsed configs; returns `output_dir`. See the module docstring.
+
+    `callbacks` are extra `transformers.TrainerCallback`s for the trainer (benchmarks use this for timing).
+    """
     from accelerate import PartialState
 
     t_start = time.time()
     setup_torch(exp, cfg)
+    import datasets
+
+    datasets.disable_progress_bars()  # bars for selecting 50 rows are noise next to the trainer's
     state = PartialState()
     out = Path(cfg.output_dir)
     resume_from = find_resume_checkpoint(exp, cfg)
@@ -333,7 +339,7 @@ def run(exp: ExperimentArgs, cfg: Any) -> Path:
             del model
     state.wait_for_everyone()
 
-    callbacks = []
+    callbacks = list(callbacks)
     if exp.eval_every_n_steps and exp.n_eval:
         from experiments.evaluation import PassAtKCallback
 

@@ -137,3 +137,35 @@ def test_lora_flag_trains_an_adapter_that_passk_eval_loads(
     assert main(["eval", str(out), "--config", "reinforce_demo", *common, "--out", str(eval_out)]) == 0
     ev = json.loads(eval_out.read_text())
     assert ev["num_problems"] == 8 and "pass@1" in ev["metrics"]
+
+
+def test_accelerate_command_launches_the_train_module() -> None:
+    from experiments.cli import accelerate_command
+
+    cmd = accelerate_command(["cfg.yaml", "--max_steps", "2"], "cpu", 2)
+    assert cmd[1:3] == ["-m", "accelerate.commands.launch"]
+    assert cmd[cmd.index("--config_file") + 1] == str(REPO / "accelerate_configs" / "cpu.yaml")
+    assert cmd[cmd.index("--num_processes") + 1] == "2"
+    assert cmd[-5:] == ["-m", "experiments.train", "cfg.yaml", "--max_steps", "2"]
+
+
+def test_gpu_check_script_is_sound() -> None:
+    """benchmarks/gpu_check.sh: bash syntax, and its embedded python compiles (it is run on a GPU by hand)."""
+    script = REPO / "benchmarks" / "gpu_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    body = text.split("<<'PY'\n", 1)[1].rsplit("\nPY\n", 1)[0]
+    compile(body, str(script), "exec")
+
+
+@pytest.mark.slow
+def test_gpu_check_smoke_on_cpu(tmp_path: Path, passk_cache: Path) -> None:
+    """The --cpu --tiny smoke path of the GPU check, one method: numbers printed and written."""
+    env = _env(passk_cache) | {"OUT": str(tmp_path)}
+    cmd = ["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--cpu", "--tiny", "--methods", "grpo"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "gpu_check.json").read_text())
+    row = result["methods"]["grpo"]
+    assert row["generation_tokens_per_s"] > 0 and row["step_time_s"] > 0 and len(row["step_times_s"]) == 2
+    assert result["sandbox_after_cuda"]["passed"] == result["sandbox_after_cuda"]["programs"]
