@@ -404,6 +404,12 @@ def validate(exp: ExperimentArgs, cfg: Any, *, world_size: int | None = None) ->
     if exp.resume and getattr(cfg, "resume_from_checkpoint", None):
         raise ConfigError("resume: set either resume (last checkpoint) or resume_from_checkpoint (a path)")
 
+    if exp.eval_every_n_steps and sharded_weights():
+        raise ConfigError(
+            "eval_every_n_steps: FSDP / DeepSpeed ZeRO-3 shard the weights across ranks and PassAtKCallback "
+            "generates on the main process only; set it to 0 (eval_after reloads the saved model)"
+        )
+
     # The CPU rule of this project: explicit, so that a GPU config never silently runs (slowly) on CPU.
     if getattr(cfg, "use_cpu", False):
         for key in ("bf16", "fp16", "activation_checkpointing", "gradient_checkpointing"):
@@ -427,6 +433,15 @@ def validate(exp: ExperimentArgs, cfg: Any, *, world_size: int | None = None) ->
         )
     if cfg.max_steps <= 0 and cfg.num_train_epochs <= 0:
         raise ConfigError("max_steps: set max_steps > 0 or num_train_epochs > 0")
+
+
+def sharded_weights() -> bool:
+    """True under `accelerate launch` with FSDP or DeepSpeed ZeRO-3 (read from the launcher's environment)."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":
+        return True
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+        return os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "") == "3"
+    return False
 
 
 def _generation_batch(cfg: Any, world_size: int) -> int:

@@ -255,11 +255,9 @@ def _evaluate(model: Any, tokenizer: Any, rows: Any, exp: ExperimentArgs, seed: 
 
 
 def _is_sharded(cfg: Any) -> bool:
-    if getattr(cfg, "fsdp", None) or os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":
-        return True
-    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
-        return int(os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "0") or 0) == 3
-    return False
+    from experiments.config import sharded_weights
+
+    return bool(getattr(cfg, "fsdp", None)) or sharded_weights()
 
 
 # ------------------------------------------------------------------------------------------------------- run
@@ -445,7 +443,12 @@ def run_record(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m experiments.train CONFIG [--key value ...]`; returns the process exit code."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    main_rank = os.environ.get("RANK", "0") == "0"  # under accelerate launch, one process reports
+    logging.basicConfig(
+        level=logging.INFO if main_rank else logging.WARNING,
+        format="%(asctime)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("-h", "--help"):
         print(__doc__)
@@ -461,7 +464,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"passk: error: {e}", file=sys.stderr)
             return 2
         raise
-    print(f"passk: run written to {out}")
+    if main_rank:
+        print(f"passk: run written to {out}")
     return 0
 
 

@@ -205,3 +205,18 @@ def test_each_family_shares_one_budget(family: str, no_model_loads: None) -> Non
             method,
             {k: (b[k], first[k]) for k in (*BUDGET_KEYS, "_keys") if b[k] != first[k]},
         )
+
+
+def test_sharded_launch_refuses_evaluation_during_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_model_loads: None
+) -> None:
+    """Under FSDP / ZeRO-3 the callback would refuse only after the model loaded; the config says so first."""
+    text = "method: grpo\nnum_generations: 2\nper_device_train_batch_size: 2\neval_every_n_steps: 5\n" + CPU
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    with pytest.raises(ConfigError, match=r"^eval_every_n_steps:"):
+        parse_config([write(tmp_path, text)])
+    exp, _ = parse_config([write(tmp_path, text), "--eval_every_n_steps", "0"])
+    assert exp.eval_every_n_steps == 0
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")  # ZeRO-2 keeps full weights on every rank
+    assert parse_config([write(tmp_path, text)])[0].eval_every_n_steps == 5
