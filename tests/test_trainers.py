@@ -134,6 +134,39 @@ def test_reinforce_advantages_equal_the_estimators(method, estimator, tiny_model
         assert torch.allclose(out["advantages"], expected, atol=1e-5)
 
 
+def test_reinforce_kl_takes_the_penalty_logps_from_sampling(tiny_model_dir, tokenizer, dataset, tmp_path, monkeypatch):
+    from experiments.trainers import reinforce as module
+
+    recorded = []
+    per_token_logps = module._SampledLogprobs.per_token_logps
+
+    def spy(self, completion_ids, mask):
+        recorded.append(per_token_logps(self, completion_ids, mask))
+        return recorded[-1]
+
+    monkeypatch.setattr(module._SampledLogprobs, "per_token_logps", spy)
+    trainer = make_trainer("reinforce_kl", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
+                           max_steps=1)  # fmt: skip
+    forward_calls, rollouts = [], []
+    policy_logps, generate_and_score = trainer._policy_logps, trainer._generate_and_score_completions
+    trainer._policy_logps = lambda *a, **k: forward_calls.append(1) or policy_logps(*a, **k)
+
+    def wrapped(inputs):
+        out = generate_and_score(inputs)
+        rollouts.append((out, policy_logps(out, "train")))  # a full forward pass, before any update
+        return out
+
+    trainer._generate_and_score_completions = wrapped
+    trainer.train()
+    assert not forward_calls  # no second forward pass of the policy for the penalty
+    assert len(recorded) == 1 and recorded[0] is not None
+    assert [h["reinforce/kl_logps_recorded"] for h in trainer.state.log_history if "kl" in h] == [1.0]
+    out, forward = rollouts[0]
+    mask = out["completion_mask"].bool()
+    assert mask.sum() > 10
+    assert torch.allclose(recorded[0][mask], forward[mask], atol=1e-4)
+
+
 def test_reinforce_kl_penalty_grows_as_the_policy_moves(tiny_model_dir, tokenizer, dataset, tmp_path):
     trainer = make_trainer("reinforce_kl", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
                            max_steps=3, learning_rate=1e-2)  # fmt: skip
