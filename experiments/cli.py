@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shlex
 import subprocess
@@ -449,6 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     try:
         return COMMANDS[args[0]](args[1:])
     except (ConfigError, CliError) as e:
