@@ -6,7 +6,7 @@
     passk train CONFIG --check [--key value ...]         parse and check the config, print it, load nothing
     passk eval MODEL [--config CONFIG] [--out FILE] [--key value ...]
                                                          pass@k of a model, run directory or checkpoint
-    passk compare CONFIG CONFIG ... [--out DIR] [--seed N] [--key value ...]
+    passk compare CONFIG CONFIG ... [--out DIR] [--seed N | --seeds 0,1,2] [--key value ...]
                                                          every config with the same seed and budget, one report
     passk demo [--out DIR] [--methods a,b,...]           all methods on CPU, tiny model, learnable task
 
@@ -268,6 +268,7 @@ def _parse_compare(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], list
     opts: dict[str, Any] = {
         "out": _pop_flag(args, "out"),
         "seed": _pop_flag(args, "seed"),
+        "seeds": _pop_flag(args, "seeds"),
         "allow_budget_mismatch": bool(_pop_flag(args, "allow_budget_mismatch", has_value=False)),
         "in_process": bool(_pop_flag(args, "in_process", has_value=False)),
         "verbose": bool(_pop_flag(args, "verbose", has_value=False)),
@@ -280,9 +281,10 @@ def _parse_compare(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], list
 
 def cmd_compare(argv: Sequence[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: passk compare CONFIG CONFIG ... [--out DIR] [--seed N] [--in_process] [--verbose] "
+        print("usage: passk compare CONFIG CONFIG ... [--out DIR] [--seed N | --seeds 0,1,2] [--in_process] [--verbose] "
               "[--allow_budget_mismatch] [--key value ...]\n\n"
-              "Runs every config with the same seed and the same overrides, one after the other (each in its own\n"
+              "Runs every config with the same seed (or each of --seeds, into DIR/<name>-seed<N>) and the same\n"
+              "overrides, one after the other (each in its own\n"
               "process unless --in_process; output in DIR/<name>/train.log unless --verbose), then writes\n"
               "DIR/report.md with write_report.\n"
               f"Configs must agree on the budget keys: {', '.join(BUDGET_KEYS)}.")  # fmt: skip
@@ -291,7 +293,11 @@ def cmd_compare(argv: Sequence[str]) -> int:
     if not configs:
         raise CliError("compare needs at least one CONFIG")
     out = Path(opts["out"] or f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")
-    report = compare([str(config_path(c)) for c in configs], out, seed=opts["seed"], overrides=overrides,
+    seeds = [s for s in str(opts["seeds"]).split(",") if s] if opts["seeds"] else []
+    bad = [s for s in seeds if not s.lstrip("-").isdigit()]
+    if bad:
+        raise CliError(f"--seeds: {bad[0]!r} is not an integer")
+    report = compare([str(config_path(c)) for c in configs], out, seed=opts["seed"], seeds=seeds, overrides=overrides,
                      allow_budget_mismatch=opts["allow_budget_mismatch"], in_process=opts["in_process"],
                      verbose=opts["verbose"])  # fmt: skip
     print(f"passk: report written to {report}")
@@ -321,6 +327,7 @@ def compare(
     out: str | os.PathLike[str],
     *,
     seed: int | str | None = None,
+    seeds: Sequence[int | str] = (),
     overrides: Sequence[str] = (),
     allow_budget_mismatch: bool = False,
     in_process: bool = False,
@@ -328,11 +335,14 @@ def compare(
 ) -> Path:
     """Run each config into `out/<name>` with one seed and the same overrides, then `write_report`.
 
+    With `seeds`, every config runs once per seed into `out/<name>-seed<N>`; the report pools a method's seeds.
     Every config is parsed and checked before the first run starts, and their budgets (BUDGET_KEYS) must agree.
     """
     out = Path(out)
-    common = list(overrides) + (["--seed", str(seed)] if seed is not None else [])
-    parsed = [parse_config([c, *common]) for c in configs]
+    seed_list = [str(s) for s in seeds] or ([str(seed)] if seed is not None else [None])
+    common = list(overrides)
+    first_seed = ["--seed", seed_list[0]] if seed_list[0] is not None else []
+    parsed = [parse_config([c, *common, *first_seed]) for c in configs]
     names = run_names(configs, [exp.method for exp, _ in parsed])
     budgets = [budget(exp, cfg) for exp, cfg in parsed]
     if not allow_budget_mismatch:
@@ -343,10 +353,14 @@ def compare(
                                   f"{b[diff[0]]!r}; compare needs one budget (or --allow_budget_mismatch)")  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     run_dirs = []
-    for i, (config, name) in enumerate(zip(configs, names), 1):
+    jobs = [(c, n, s) for s in seed_list for c, n in zip(configs, names)]
+    for i, (config, name, run_seed) in enumerate(jobs, 1):
+        if len(seed_list) > 1:
+            name = f"{name}-seed{run_seed}"
         run_dir = out / name
-        argv = [config, *common, "--output_dir", str(run_dir)]
-        head = f"passk compare [{i}/{len(configs)}] {name}"
+        seed_args = ["--seed", run_seed] if run_seed is not None else []
+        argv = [config, *common, *seed_args, "--output_dir", str(run_dir)]
+        head = f"passk compare [{i}/{len(jobs)}] {name}"
         t0 = time.time()
         if in_process:
             print(f"{head} -> {run_dir}", flush=True)

@@ -169,3 +169,37 @@ def test_gpu_check_smoke_on_cpu(tmp_path: Path, passk_cache: Path) -> None:
     row = result["methods"]["grpo"]
     assert row["generation_tokens_per_s"] > 0 and row["step_time_s"] > 0 and len(row["step_times_s"]) == 2
     assert result["sandbox_after_cuda"]["passed"] == result["sandbox_after_cuda"]["programs"]
+
+
+def test_compare_runs_every_config_per_seed_with_the_same_overrides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The launch plan of `passk compare --seeds`: one run per (seed, config), each told its seed and directory."""
+    import experiments.report
+    from experiments import cli
+
+    launched: list[list[str]] = []
+
+    def fake_call(cmd, **kwargs):
+        launched.append(cmd)
+        return 0
+
+    reported = {}
+    monkeypatch.setattr(cli.subprocess, "call", fake_call)
+    monkeypatch.setattr(
+        experiments.report,
+        "write_report",
+        lambda dirs, out: reported.update(dirs=dirs) or Path(out) / "report.md",
+    )
+    configs = [str(CONFIGS / "grpo_cpu.yaml"), str(CONFIGS / "rloo_cpu.yaml")]
+    rc = cli.main(["compare", *configs, "--seeds", "3,4", "--out", str(tmp_path), "--max_steps", "1"])
+    assert rc == 0, capsys.readouterr().err
+    got = {(c[c.index("--seed") + 1], c[c.index("--output_dir") + 1]) for c in launched}
+    assert got == {(s, str(tmp_path / f"{m}-seed{s}")) for s in ("3", "4") for m in ("grpo", "rloo")}
+    assert all(c[c.index("--max_steps") + 1] == "1" for c in launched)
+    assert sorted(p.name for p in reported["dirs"]) == [
+        "grpo-seed3",
+        "grpo-seed4",
+        "rloo-seed3",
+        "rloo-seed4",
+    ]
