@@ -283,10 +283,9 @@ def cmd_compare(argv: Sequence[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: passk compare CONFIG CONFIG ... [--out DIR] [--seed N | --seeds 0,1,2] [--in_process] [--verbose] "
               "[--allow_budget_mismatch] [--key value ...]\n\n"
-              "Runs every config with the same seed (or each of --seeds, into DIR/<name>-seed<N>) and the same\n"
-              "overrides, one after the other (each in its own\n"
-              "process unless --in_process; output in DIR/<name>/train.log unless --verbose), then writes\n"
-              "DIR/report.md with write_report.\n"
+              "Runs every config into DIR/<name> with the same seed and overrides (with --seeds: once per seed,\n"
+              "into DIR/<name>-seed<N>), one after the other, each in its own process unless --in_process, its\n"
+              "output in DIR/<name>/train.log unless --verbose; then writes DIR/report.md with write_report.\n"
               f"Configs must agree on the budget keys: {', '.join(BUDGET_KEYS)}.")  # fmt: skip
         return 0
     configs, opts, overrides = _parse_compare(argv)
