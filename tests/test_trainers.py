@@ -135,16 +135,16 @@ def test_reinforce_advantages_equal_the_estimators(method, estimator, tiny_model
 
 
 def test_reinforce_kl_takes_the_penalty_logps_from_sampling(tiny_model_dir, tokenizer, dataset, tmp_path, monkeypatch):
-    from experiments.trainers import reinforce as module
+    from experiments.trainers import sampling as module
 
     recorded = []
-    per_token_logps = module._SampledLogprobs.per_token_logps
+    per_token_logps = module.SampledLogprobs.per_token_logps
 
     def spy(self, completion_ids, mask):
         recorded.append(per_token_logps(self, completion_ids, mask))
         return recorded[-1]
 
-    monkeypatch.setattr(module._SampledLogprobs, "per_token_logps", spy)
+    monkeypatch.setattr(module.SampledLogprobs, "per_token_logps", spy)
     trainer = make_trainer("reinforce_kl", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
                            max_steps=1)  # fmt: skip
     forward_calls, rollouts = [], []
@@ -235,6 +235,36 @@ def test_ppo_values_are_read_before_each_completion_token(tiny_model_dir, tokeni
                 ids = torch.tensor([p + batch["completion_ids"][i, :t].tolist()])
                 expected = critic(input_ids=ids).logits[0, -1, 0]
                 assert values[i, t].item() == pytest.approx(expected.item(), abs=1e-4)
+
+
+def test_ppo_takes_old_logps_from_sampling_not_a_forward_pass(tiny_model_dir, tokenizer, dataset, tmp_path):
+    trainer = make_trainer("ppo", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward])
+    assert trainer.args.num_iterations == 2  # GRPOTrainer alone would run a forward pass for log π_old
+    policy_passes, rollouts, in_rollout = [], [], []
+    logps_fn, generate_and_score = trainer._get_per_token_logps_and_entropies, trainer._generate_and_score_completions
+
+    def counting(model, *a, **k):
+        if in_rollout and model is trainer.model:
+            policy_passes.append(1)
+        return logps_fn(model, *a, **k)
+
+    def wrapped(inputs):
+        in_rollout.append(True)
+        out = generate_and_score(inputs)
+        in_rollout.clear()
+        rollouts.append((out, trainer._policy_logps(out, "train")))  # a full forward pass, before any update
+        return out
+
+    trainer._get_per_token_logps_and_entropies = counting
+    trainer._generate_and_score_completions = wrapped
+    trainer.train()
+    assert len(rollouts) == 1 and not policy_passes
+    assert [h["ppo/old_logps_recorded"] for h in trainer.state.log_history if "ppo/old_logps_recorded" in h] == [1.0]
+    out, forward = rollouts[0]
+    mask = out["completion_mask"].bool()
+    assert torch.allclose(out["old_per_token_logps"][mask], forward[mask], atol=1e-4)
+    clip = [h["ppo/clipfrac"] for h in trainer.state.log_history if "ppo/clipfrac" in h]
+    assert clip[0] == 0.0  # first epoch: ratio 1 up to float error
 
 
 def test_ppo_rollout_advantages_are_whitened_gae(tiny_model_dir, tokenizer, dataset, tmp_path):

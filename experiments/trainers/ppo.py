@@ -47,6 +47,7 @@ from .estimators import (
     masked_whiten,
     ppo_clip_loss,
 )
+from .sampling import SampledLogprobsMixin
 
 __all__ = ["CRITIC_DIR", "PPOConfig", "PPOTrainer"]
 
@@ -182,7 +183,7 @@ class _CriticOptimizerCallback(TrainerCallback):
         t.critic_optimizer.zero_grad(set_to_none=True)
 
 
-class PPOTrainer(GRPOTrainer):
+class PPOTrainer(SampledLogprobsMixin, GRPOTrainer):
     """Proximal Policy Optimization (Schulman et al., 2017) with a learned critic and GAE (Schulman et al., 2015).
 
     Per token t of a completion, with r_t the reward (KL penalty, plus the unit-test score on the last token):
@@ -288,11 +289,26 @@ class PPOTrainer(GRPOTrainer):
         self._last_rewards_per_func = rewards_per_func  # (N_global, n_funcs), gathered across processes
         return rewards_per_func
 
+    def _wants_sampled_logps(self) -> bool:
+        return True  # log π_old, for the ratio of later epochs and for the KL penalty (see sampling.py)
+
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        out = super()._generate_and_score_completions(inputs)
+        # With num_iterations > 1 GRPOTrainer runs a forward pass for log π_old; when generation records them,
+        # hide the epochs from it for this call so that it skips that pass.
+        epochs = self.num_iterations
+        if self._can_record():
+            self.num_iterations = 1
+        try:
+            out = super()._generate_and_score_completions(inputs)
+        finally:
+            self.num_iterations = epochs
         mode = "train" if self.model.training else "eval"
         args: PPOConfig = self.args
+        sampled = self._sampled_logps(out)
+        if out.get("old_per_token_logps") is None and (args.kl_coef > 0 or epochs > 1):
+            out["old_per_token_logps"] = sampled if sampled is not None else self._policy_logps(out, mode)
         metrics = self._metrics[mode]
+        metrics["ppo/old_logps_recorded"].append(float(sampled is not None))
         mask = out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
         mask = mask.float()
 
@@ -305,8 +321,6 @@ class PPOTrainer(GRPOTrainer):
 
         with torch.no_grad():
             # Per-token rewards: -β (log π_old - log π_ref) on every token, + the score on the last valid one.
-            if out.get("old_per_token_logps") is None and args.kl_coef > 0:  # GRPO skips it on-policy
-                out["old_per_token_logps"] = self._policy_logps(out, mode)
             token_rewards = torch.zeros_like(mask)
             if args.kl_coef > 0:
                 kl = kl_k1(out["old_per_token_logps"], out["ref_per_token_logps"], mask)

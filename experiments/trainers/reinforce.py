@@ -23,62 +23,20 @@ across processes, the reference model) and replaces two seams:
 
 from __future__ import annotations
 
-import functools
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from accelerate.utils import gather
-from transformers import LogitsProcessor, LogitsProcessorList
 from trl import GRPOConfig, GRPOTrainer
 
 from .estimators import group_baseline_advantages, kl_k1, policy_gradient_loss, rloo_advantages
+from .sampling import SampledLogprobsMixin
 
 __all__ = ["BASELINES", "ReinforceConfig", "ReinforceTrainer"]
 
 BASELINES = ("none", "group_mean", "rloo")
-
-
-class _SampledLogprobs(LogitsProcessor):
-    """Records log π(y_t) of every sampled token while `generate` samples it, so that the KL penalty needs no
-    second forward pass of the policy over the generation batch.
-
-    Custom processors run before generate's temperature warper, so the scores are divided by the temperature
-    here: the result is GRPOTrainer's own definition of the log-probabilities (temperature-scaled, no top-k/top-p).
-    Only the previous step's (B, V) distribution is kept; each call gathers the token that was sampled from it.
-    """
-
-    def __init__(self, temperature: float):
-        self.temperature = temperature
-        self._prev: torch.Tensor | None = None
-        self._logps: list[torch.Tensor] = []
-        self._tokens: list[torch.Tensor] = []
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self._prev is not None:
-            token = input_ids[:, -1:]
-            self._logps.append(self._prev.gather(1, token).squeeze(1))
-            self._tokens.append(token.squeeze(1))
-        self._prev = torch.log_softmax(scores.float() / self.temperature, dim=-1)
-        return scores
-
-    def per_token_logps(self, completion_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
-        """(B, C) log-probs aligned with `completion_ids`, or None if the recording does not match them."""
-        if self._prev is None or self._prev.size(0) != completion_ids.size(0):
-            return None
-        steps = len(self._logps) + 1
-        if completion_ids.size(1) < steps:
-            return None
-        if self._tokens:
-            recorded = torch.stack(self._tokens, dim=1).to(completion_ids.device)
-            seen = mask[:, : steps - 1].bool()
-            if not torch.equal(recorded[seen], completion_ids[:, : steps - 1][seen]):
-                return None
-        last = self._prev.gather(1, completion_ids[:, steps - 1 : steps].to(self._prev.device)).squeeze(1)
-        logps = torch.stack([*self._logps, last], dim=1).to(completion_ids.device)
-        pad = completion_ids.size(1) - steps
-        return torch.nn.functional.pad(logps, (0, pad)) if pad else logps
 
 
 @dataclass
@@ -160,7 +118,7 @@ class ReinforceConfig(GRPOConfig):
             )
 
 
-class ReinforceTrainer(GRPOTrainer):
+class ReinforceTrainer(SampledLogprobsMixin, GRPOTrainer):
     """REINFORCE (Williams, 1992) for language models, with optional baselines and a KL-shaped reward.
 
     The gradient estimator is  ∇J ≈ 1/N Σ_i A_i Σ_t ∇ log π(y_{i,t} | y_{i,<t}),  with A_i the completion's
@@ -211,27 +169,10 @@ class ReinforceTrainer(GRPOTrainer):
         if not isinstance(self.args, ReinforceConfig):
             raise TypeError(f"ReinforceTrainer needs a ReinforceConfig; got {type(self.args).__name__}")
         self._last_rewards_per_func: torch.Tensor | None = None
-        self._sampling_recorder: _SampledLogprobs | None = None
 
-    # ---- generation: record log π of the sampled tokens when the KL penalty needs them ---------------------------
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        record = (
-            self.args.kl_coef > 0
-            and not self.use_vllm
-            and not self.use_transformers_continuous_batching
-            and self.repetition_penalty == 1.0  # a penalty would change the recorded distribution
-        )
-        self._sampling_recorder = _SampledLogprobs(self.temperature) if record else None
-        if not record:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
-        model = self.accelerator.unwrap_model(self.model)
-        model.generate = functools.partial(
-            model.generate, logits_processor=LogitsProcessorList([self._sampling_recorder])
-        )
-        try:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
-        finally:
-            del model.generate  # the instance attribute; the class method is back
+    # ---- generation: record log π of the sampled tokens when the KL penalty needs them (see sampling.py) ------
+    def _wants_sampled_logps(self) -> bool:
+        return self.args.kl_coef > 0
 
     # ---- seam 1: the rewards, kept for the advantage estimator -------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -258,14 +199,12 @@ class ReinforceTrainer(GRPOTrainer):
             mask = self._loss_mask(out)
             # log π of the sampling policy: GRPO's when it computed them (off-policy, vLLM), else those recorded
             # while sampling, else (if the recording does not line up) one extra forward pass.
-            old_logps, recorded = out.get("old_per_token_logps"), False
-            if old_logps is None and self._sampling_recorder is not None:
-                old_logps = self._sampling_recorder.per_token_logps(out["completion_ids"], mask)
-                recorded = old_logps is not None
+            sampled = self._sampled_logps(out)
+            old_logps = out.get("old_per_token_logps")
+            recorded = old_logps is None and sampled is not None
             if old_logps is None:
-                old_logps = self._policy_logps(out, mode)
+                old_logps = sampled if sampled is not None else self._policy_logps(out, mode)
             metrics["reinforce/kl_logps_recorded"].append(float(recorded))
-            self._sampling_recorder = None
             kl_tokens = kl_k1(old_logps, out["ref_per_token_logps"], mask)
             kl_seq = gather(kl_tokens.sum(dim=1))
             rewards = rewards - args.kl_coef * kl_seq
