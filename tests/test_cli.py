@@ -203,3 +203,18 @@ def test_compare_runs_every_config_per_seed_with_the_same_overrides(
         "rloo-seed3",
         "rloo-seed4",
     ]
+
+
+def test_demo_covers_every_method_with_one_budget() -> None:
+    from experiments.cli import demo_configs
+    from experiments.config import budget, parse_config
+    from experiments.trainers import METHODS
+
+    configs = demo_configs()
+    parsed = [parse_config([str(p)]) for p in configs]
+    assert sorted(exp.method for exp, _ in parsed) == sorted(METHODS)
+    budgets = [budget(exp, cfg) for exp, cfg in parsed]
+    assert all(b == budgets[0] for b in budgets)
+    assert budgets[0]["dataset"] == "learnable" and budgets[0]["warm_start_steps"] > 0
+    assert all(cfg.use_cpu and exp.num_threads == 1 for exp, cfg in parsed)
+    assert [p.name for p in demo_configs(["ppo", "grpo"])] == ["ppo_demo.yaml", "grpo_demo.yaml"]
