@@ -55,6 +55,7 @@ TARGETS = {  # (time, memory) ceilings relative to GRPO
     "ppo": (1.8, 2.2),
 }
 WITH_REFERENCE = {"reinforce_kl", "ppo", "rloo"}
+RATIO_KEYS = [f"{kind}_vs_grpo{suffix}" for suffix in ("", "_beta") for kind in ("time", "cpu", "memory")]
 
 
 def _rss_bytes() -> int:
@@ -113,13 +114,15 @@ def worker(args: argparse.Namespace) -> dict:
     )
 
     step_times: list[float] = []
+    cpu_times: list[float] = []
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, *a, **k):
-            self.t0 = time.perf_counter()
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
 
         def on_step_end(self, *a, **k):
             step_times.append(time.perf_counter() - self.t0)
+            cpu_times.append(time.process_time() - self.c0)
 
     # Warm up everything the trainer touches lazily (sandbox client, reward module, TRL internals), so that the
     # memory baseline below does not charge imports to whichever method happens to trigger them.
@@ -151,6 +154,7 @@ def worker(args: argparse.Namespace) -> dict:
     return {
         "variant": args.worker,
         "step_times": step_times,
+        "cpu_times": cpu_times,
         "peak_bytes": peak - base,
         "memory_kind": "cuda_peak_allocated" if cuda else "rss_peak_minus_start",
         "mean_completion_length": statistics.fmean(lengths) if lengths else None,
@@ -178,53 +182,53 @@ def summarize(runs: list[dict], warmup: int) -> dict:
     variants = list(dict.fromkeys(r["variant"] for r in runs))
     summary = {}
     for v in variants:
-        times, mems, time_ratios, mem_ratios, like_time, like_mem = [], [], [], [], [], []
+        ratios: dict[str, list[float]] = {k: [] for k in RATIO_KEYS}
+        times, cpus, mems = [], [], []
         for rd in rounds:
-            run, base = by.get((rd, v)), by.get((rd, "grpo"))
+            run = by.get((rd, v))
             if run is None:
                 continue
-            t = statistics.fmean(run["step_times"][warmup:])
+            t, c = statistics.fmean(run["step_times"][warmup:]), statistics.fmean(run["cpu_times"][warmup:])
             times.append(t)
+            cpus.append(c)
             mems.append(run["peak_bytes"])
-            if base is not None:
-                time_ratios.append(t / statistics.fmean(base["step_times"][warmup:]))
-                mem_ratios.append(run["peak_bytes"] / base["peak_bytes"])
-            ref = by.get((rd, "grpo_beta"))
-            if ref is not None and v in WITH_REFERENCE:
-                like_time.append(t / statistics.fmean(ref["step_times"][warmup:]))
-                like_mem.append(run["peak_bytes"] / ref["peak_bytes"])
+            for suffix, base_name in (("", "grpo"), ("_beta", "grpo_beta")):
+                base = by.get((rd, base_name))
+                if base is None or (suffix and v not in WITH_REFERENCE):
+                    continue
+                ratios[f"time_vs_grpo{suffix}"].append(t / statistics.fmean(base["step_times"][warmup:]))
+                ratios[f"cpu_vs_grpo{suffix}"].append(c / statistics.fmean(base["cpu_times"][warmup:]))
+                ratios[f"memory_vs_grpo{suffix}"].append(run["peak_bytes"] / base["peak_bytes"])
         med = statistics.median
         summary[v] = {
             "step_time_s": med(times),
+            "cpu_time_s": med(cpus),
             "peak_mib": med(mems) / 2**20,
-            "time_vs_grpo": med(time_ratios) if time_ratios else None,
-            "memory_vs_grpo": med(mem_ratios) if mem_ratios else None,
-            "time_vs_grpo_beta": med(like_time) if like_time else None,
-            "memory_vs_grpo_beta": med(like_mem) if like_mem else None,
+            **{k: (med(x) if x else None) for k, x in ratios.items()},
             "rounds": len(times),
         }
     return summary
 
 
 def print_table(summary: dict) -> None:
-    def f(x, fmt):
-        return "-" if x is None else format(x, fmt)
+    def f(x):
+        return "-" if x is None else f"{x:.3f}"
 
-    print(f"{'method':<16}{'s/step':>8}{'peak MiB':>10}{'time/GRPO':>11}{'mem/GRPO':>10}"
-          f"{'time/GRPO(b)':>14}{'mem/GRPO(b)':>13}  target")  # fmt: skip
+    print(f"{'method':<16}{'s/step':>8}{'cpu s':>7}{'MiB':>7}  {'vs GRPO: wall  cpu   mem':<26}"
+          f"{'vs GRPO(b): wall  cpu   mem':<29}target (on cpu time and memory)")  # fmt: skip
     for v, s in summary.items():
         target = TARGETS.get(v)
         verdict = ""
         # A method with a reference model is judged against GRPO with one (beta > 0) when that was measured.
-        like = "_beta" if v in WITH_REFERENCE and s["time_vs_grpo_beta"] is not None else ""
-        if target and s[f"time_vs_grpo{like}"] is not None:
-            ok = s[f"time_vs_grpo{like}"] <= target[0] and s[f"memory_vs_grpo{like}"] <= target[1]
+        like = "_beta" if v in WITH_REFERENCE and s["cpu_vs_grpo_beta"] is not None else ""
+        if target and s[f"cpu_vs_grpo{like}"] is not None:
+            ok = s[f"cpu_vs_grpo{like}"] <= target[0] and s[f"memory_vs_grpo{like}"] <= target[1]
             against = "GRPO(b)" if like else "GRPO"
             verdict = f"{'met' if ok else 'MISSED'} vs {against} (<= {target[0]}x time, {target[1]}x mem)"
         print(
-            f"{v:<16}{s['step_time_s']:>8.3f}{s['peak_mib']:>10.1f}{f(s['time_vs_grpo'], '.3f'):>11}"
-            f"{f(s['memory_vs_grpo'], '.3f'):>10}{f(s['time_vs_grpo_beta'], '.3f'):>14}"
-            f"{f(s['memory_vs_grpo_beta'], '.3f'):>13}  {verdict}"
+            f"{v:<16}{s['step_time_s']:>8.3f}{s['cpu_time_s']:>7.3f}{s['peak_mib']:>7.0f}  "
+            f"{f(s['time_vs_grpo']):>14}{f(s['cpu_vs_grpo']):>6}{f(s['memory_vs_grpo']):>6}  "
+            f"{f(s['time_vs_grpo_beta']):>17}{f(s['cpu_vs_grpo_beta']):>6}{f(s['memory_vs_grpo_beta']):>6}  {verdict}"
         )
 
 

@@ -13,9 +13,12 @@ or in RL. Rows have the columns of HumanEval rows (`task_id`, `prompt`, `code_pr
 `test`, `entry_point`), so `rewards.unit_test_reward` and `experiments.evaluation` take them unchanged.
 
 `warm_start` is a short supervised fine-tune with TRL's `SFTTrainer` (prompt-completion data, loss on the
-completion only) that stops while the model is only partly right (about 20% sampled pass on held-out problems
-after 120 steps in /work/shared/notes/learnable-task.md): most of its errors are miscopied constants, which a
-unit-test reward can fix. That leaves room for RL to show a gain far beyond sampling noise in a few minutes.
+completion only) that stops while the model is only partly right: after 80 steps (10 s) the task model
+(`task_model_path`, 0.9M parameters, a 464-token BPE trained on the task) passes 222 of 1000 held-out samples
+at T=1 and 364 of 500 greedily. Most of its errors are miscopied constants, which a unit-test reward can fix;
+that leaves room for RL to show a gain far beyond sampling noise in a few minutes. `RL_DEFAULTS`, `rl_config`,
+`heldout_score` and `two_proportion_z` are the RL recipe and the measurement shared by tests/test_learning.py and
+benchmarks/bench_learning.py.
 """
 
 from __future__ import annotations

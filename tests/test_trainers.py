@@ -306,6 +306,29 @@ def test_ppo_critic_learns_and_is_clipped_stepped_and_zeroed(tiny_model_dir, tok
     assert trainer.critic_scheduler is not None and trainer.critic_scheduler.last_epoch == 2
 
 
+def test_ppo_loss_terms_and_entropy_bonus(tiny_model_dir, tokenizer, dataset, tmp_path):
+    trainer = make_trainer("ppo", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
+                           max_steps=1, vf_coef=0.5)  # fmt: skip
+    batches = []
+    compute_loss = trainer._compute_loss
+    trainer._compute_loss = lambda model, inputs: batches.append(inputs) or compute_loss(model, inputs)
+    trainer.train()
+    inputs = batches[0]
+    trainer._metrics["train"].clear()
+
+    def loss_with(entropy_coef: float, vf_coef: float) -> float:
+        trainer.args.entropy_coef, trainer.args.vf_coef = entropy_coef, vf_coef
+        with torch.no_grad():
+            return compute_loss(trainer.model, inputs).item() * trainer.current_gradient_accumulation_steps
+
+    base = loss_with(0.0, 0.0)
+    metrics = trainer._metrics["train"]
+    assert base == pytest.approx(metrics["ppo/policy_loss"][-1], abs=1e-6)  # only the clipped policy term
+    # L = policy - c2 * H + c1 * value: each coefficient moves the loss by its term, as logged.
+    assert loss_with(0.1, 0.0) - base == pytest.approx(-0.1 * metrics["entropy"][-1], rel=1e-4)
+    assert loss_with(0.0, 2.0) - base == pytest.approx(2.0 * metrics["ppo/vf_loss"][-1], rel=1e-4)
+
+
 def test_ppo_checkpoint_saves_and_resume_restores_the_critic(tiny_model_dir, tokenizer, dataset, tmp_path):
     common = {"save_strategy": "steps", "save_steps": 1, "critic_learning_rate": 1e-2}
     first = make_trainer("ppo", tiny_model_dir, tokenizer, dataset, tmp_path, **common)

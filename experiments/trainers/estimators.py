@@ -136,7 +136,9 @@ def rloo_advantages(rewards: torch.Tensor, group_size: int, normalize: bool = Fa
     return torch.nan_to_num(adv, nan=0.0).view(-1)
 
 
-def kl_k1(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor, mask: torch.Tensor | None = None):
+def kl_k1(
+    per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """Per-token k1 estimator of KL(pi || pi_ref): log pi(y_t) - log pi_ref(y_t), masked to 0 on padding.
 
     Unbiased for the KL of the sampled sequence (its sum over tokens is log pi(y)/pi_ref(y)), but not
