@@ -33,7 +33,11 @@ def main() -> None:
     parser.add_argument("--final-problems", type=int, default=500)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_learning")
+    parser.add_argument("--plot-only", action="store_true", help="redraw the PNGs from <out>/learning.json")
     args = parser.parse_args()
+    if args.plot_only:
+        plot(json.loads((args.out / "learning.json").read_text()), args.out)
+        return
 
     import torch
 
@@ -127,9 +131,19 @@ def plot(results: dict, out: Path) -> None:
         ("reward", "learning_reward.png", "training reward (10-step mean)"),
     ):
         fig, ax = plt.subplots(figsize=(7, 4.5))
+        methods = list(dict.fromkeys(run["method"] for run in results["runs"]))
+        seeds = list(dict.fromkeys(run["seed"] for run in results["runs"]))
+        styles = ["-", "--", ":", "-."]
         for run in results["runs"]:
             xs, ys = smooth(run[key]) if key == "reward" else zip(*run[key])
-            ax.plot(xs, ys, marker="o" if key == "curve" else None, ms=3, label=f"{run['method']} (seed {run['seed']})")
+            seed_index = seeds.index(run["seed"])
+            ax.plot(
+                xs, ys, color=f"C{methods.index(run['method'])}", linestyle=styles[seed_index % len(styles)],
+                marker="o" if key == "curve" else None, ms=3,
+                label=run["method"] if seed_index == 0 else None,
+            )  # fmt: skip
+        if len(seeds) > 1:
+            ax.set_title(f"one colour per method; seeds {seeds} as {', '.join(styles[: len(seeds)])}", fontsize=9)
         ax.set_xlabel("optimizer step")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
