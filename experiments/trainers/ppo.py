@@ -309,8 +309,7 @@ class PPOTrainer(SampledLogprobsMixin, GRPOTrainer):
             out["old_per_token_logps"] = sampled if sampled is not None else self._policy_logps(out, mode)
         metrics = self._metrics[mode]
         metrics["ppo/old_logps_recorded"].append(float(sampled is not None))
-        mask = out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
-        mask = mask.float()
+        mask = self._loss_mask(out).float()
 
         # The unit-test score of each local completion; unscorable ones (NaN) are left out of the loss.
         n_local, start = len(inputs), self.accelerator.process_index * len(inputs)
@@ -348,18 +347,6 @@ class PPOTrainer(SampledLogprobsMixin, GRPOTrainer):
         out["scorable"] = scorable
         return out
 
-    @torch.no_grad()
-    def _policy_logps(self, out: dict[str, Any], mode: str) -> torch.Tensor:
-        batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
-        logps, _, _ = self._get_per_token_logps_and_entropies(
-            self.model,
-            torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1),
-            torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1),
-            out["completion_ids"].size(1),
-            batch_size=batch_size,
-        )
-        return logps
-
     # ---- 2. update: clipped policy loss + clipped value loss - entropy bonus ------------------------------------
     def training_step(self, model, inputs, num_items_in_batch):
         # Like the policy, the critic's DDP gradients are all-reduced only on the last micro-batch of a step.
@@ -370,8 +357,7 @@ class PPOTrainer(SampledLogprobsMixin, GRPOTrainer):
     def _compute_loss(self, model, inputs):
         mode = "train" if self.model.training else "eval"
         args: PPOConfig = self.args
-        mask = inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
-        mask = mask.float() * inputs["scorable"][:, None].float()
+        mask = self._loss_mask(inputs).float() * inputs["scorable"][:, None].float()
 
         per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
             model,

@@ -259,22 +259,3 @@ class ReinforceTrainer(SampledLogprobsMixin, GRPOTrainer):
         )
         self._metrics[mode]["entropy"].append((stats[0] / stats[1].clamp(min=1.0)).item())
         return loss / normalizer
-
-    # ---- helpers -----------------------------------------------------------------------------------------------
-    @staticmethod
-    def _loss_mask(batch: dict[str, Any]) -> torch.Tensor:
-        mask = batch["completion_mask"]
-        return mask * batch["tool_mask"] if "tool_mask" in batch else mask
-
-    @torch.no_grad()
-    def _policy_logps(self, out: dict[str, Any], mode: str) -> torch.Tensor:
-        """log π(y_t) of the sampled tokens under the current policy, without gradient (the sampling policy)."""
-        batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
-        logps, _, _ = self._get_per_token_logps_and_entropies(
-            self.model,
-            torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1),
-            torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1),
-            out["completion_ids"].size(1),
-            batch_size=batch_size,
-        )
-        return logps

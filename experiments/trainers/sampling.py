@@ -98,5 +98,24 @@ class SampledLogprobsMixin:
         recorder, self._sampling_recorder = self._sampling_recorder, None
         if recorder is None:
             return None
-        mask = out["completion_mask"] * out["tool_mask"] if "tool_mask" in out else out["completion_mask"]
-        return recorder.per_token_logps(out["completion_ids"], mask)
+        return recorder.per_token_logps(out["completion_ids"], self._loss_mask(out))
+
+    @staticmethod
+    def _loss_mask(batch: dict) -> torch.Tensor:
+        """The completion tokens that count: GRPOTrainer's completion mask, without tool-result tokens."""
+        mask = batch["completion_mask"]
+        return mask * batch["tool_mask"] if "tool_mask" in batch else mask
+
+    @torch.no_grad()
+    def _policy_logps(self, out: dict, mode: str) -> torch.Tensor:
+        """log π(y_t) of the sampled tokens under the current policy, without gradient: a forward pass, for when
+        nothing was recorded during sampling."""
+        batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+        logps, _, _ = self._get_per_token_logps_and_entropies(
+            self.model,
+            torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1),
+            torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1),
+            out["completion_ids"].size(1),
+            batch_size=batch_size,
+        )
+        return logps
