@@ -31,6 +31,7 @@ from typing import Any
 
 from experiments.config import (
     BUDGET_KEYS,
+    USER_ERRORS,
     ConfigError,
     ExperimentArgs,
     budget,
@@ -466,14 +467,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     try:
         return COMMANDS[args[0]](args[1:])
-    except (ConfigError, CliError) as e:
+    except (*USER_ERRORS, CliError) as e:
         print(f"passk: error: {e}", file=sys.stderr)
         return 2
-    except Exception as e:
-        if type(e).__name__ in ("DataError", "ModelError"):  # one-line errors of experiments.data / .models
-            print(f"passk: error: {e}", file=sys.stderr)
-            return 2
-        raise
 
 
 if __name__ == "__main__":

@@ -33,6 +33,9 @@ from typing import Any, Literal
 
 import yaml
 
+from experiments.data import DataError
+from experiments.models import ModelError
+
 DATASETS = ("humaneval", "learnable")
 BUILTIN_REWARDS = ("unit_test", "partial", "format")
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
@@ -53,6 +56,10 @@ BUDGET_KEYS: tuple[str, ...] = (
 
 class ConfigError(ValueError):
     """A configuration that cannot run. The message is one line and names the offending key."""
+
+
+# Bad input the user can fix, reported by the command line in one line rather than as a traceback.
+USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, DataError, ModelError)
 
 
 @dataclass

@@ -32,7 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.config import ConfigError, ExperimentArgs, method_spec, parse_config, to_dict
+from experiments.config import USER_ERRORS, ConfigError, ExperimentArgs, method_spec, parse_config, to_dict
+from experiments.models import ModelError
 
 logger = logging.getLogger("passk.train")
 
@@ -186,7 +187,11 @@ def load_model(path: str, dtype: Any, device: Any) -> tuple[Any, Any]:
     """(model, tokenizer) for generation from a model folder, a trainer checkpoint or a LoRA adapter folder."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except OSError as e:  # transformers' several-paragraph "couldn't connect" message, in one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelError(f"model {path!r} could not be loaded: {first} (set HF_HUB_OFFLINE=1 to fail fast offline)") from e
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -456,14 +461,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         exp, cfg = parse_config(args)
         out = run(exp, cfg)
-    except ConfigError as e:
+    except USER_ERRORS as e:
         print(f"passk: error: {e}", file=sys.stderr)
         return 2
-    except Exception as e:
-        if type(e).__name__ in ("DataError", "ModelError"):  # one-line errors of experiments.data / .models
-            print(f"passk: error: {e}", file=sys.stderr)
-            return 2
-        raise
     if main_rank:
         print(f"passk: run written to {out}")
     return 0
