@@ -32,6 +32,7 @@ This package never imports torch and never imports ``experiments``; the sandbox 
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from .code_rewards import (
@@ -58,8 +59,6 @@ __all__ = [
     "completion_text",
     "extract_code",
     "format_reward",
-    "get_repetition_penalty_reward",
-    "get_soft_overlong_punishment",
     "make_format_reward",
     "make_partial_test_reward",
     "make_unit_test_reward",
@@ -71,8 +70,11 @@ unit_test_reward: UnitTestReward = make_unit_test_reward()
 partial_test_reward: PartialTestReward = make_partial_test_reward()
 format_reward: FormatReward = make_format_reward()
 
-# Re-exported from trl.rewards on first access, so `import rewards` stays light.
+# Re-exported from trl.rewards on first access, so `import rewards` stays light; star-exported only where TRL is
+# installed, so that `from rewards import *` works in the core install too.
 _TRL_REEXPORTS = ("get_soft_overlong_punishment", "get_repetition_penalty_reward")
+if importlib.util.find_spec("trl") is not None:
+    __all__ += _TRL_REEXPORTS
 
 
 def __getattr__(name: str) -> Any:
