@@ -3,7 +3,8 @@
 - every method trains two steps with `rewards.unit_test_reward` and changes the policy;
 - the advantages the REINFORCE trainer hands to its loss equal the estimator functions on the captured batch;
 - PPO: the critic reads V(s_t) at the right positions, learns, is clipped, stepped and zeroed once per optimizer
-  step, is saved in checkpoints and restored on resume, and FSDP / DeepSpeed fail at construction;
+  step, is saved in checkpoints and restored on resume, and FSDP v1 / DeepSpeed fail at construction;
+- one generation feeding several optimizer steps: REINFORCE weights the later steps by pi/pi_old;
 - bad config values raise one-line errors.
 """
 
@@ -167,6 +168,36 @@ def test_reinforce_kl_takes_the_penalty_logps_from_sampling(tiny_model_dir, toke
     assert torch.allclose(recorded[0][mask], forward[mask], atol=1e-4)
 
 
+def test_reinforce_reuses_one_generation_for_several_steps_with_the_off_policy_gradient(
+    tiny_model_dir, tokenizer, dataset, tmp_path
+):
+    """steps_per_generation=2 with no accumulation: one generate feeds two optimizer steps. The second step's
+    samples are off-policy; its gradient must be that of the surrogate -Σ_t A π(y_t)/π_old(y_t)."""
+    trainer = make_trainer("reinforce_rloo", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
+                           steps_per_generation=2, per_device_train_batch_size=4, learning_rate=1e-2)  # fmt: skip
+    generations, batches = [], []
+    generate_and_score, compute_loss = trainer._generate_and_score_completions, trainer._compute_loss
+    trainer._generate_and_score_completions = lambda inputs: generations.append(1) or generate_and_score(inputs)
+    trainer._compute_loss = lambda model, inputs: batches.append(inputs) or compute_loss(model, inputs)
+    trainer.train()
+    assert trainer.state.global_step == 2 and len(generations) == 1 and len(batches) == 2
+
+    inputs, model = batches[1], trainer.model
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    mask = inputs["completion_mask"].float()
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attention, inputs["completion_ids"].size(1))
+    ratio = torch.exp(logps - inputs["old_per_token_logps"])
+    assert (ratio.detach() - 1).abs().max() > 1e-3  # the policy moved since sampling: the check below can fail
+    surrogate = -(inputs["advantages"][:, None] * ratio * mask).sum(1).mean()
+    expected = torch.autograd.grad(surrogate, list(model.parameters()), allow_unused=True)
+    got = torch.autograd.grad(compute_loss(model, inputs), list(model.parameters()), allow_unused=True)
+    for e, g in zip(expected, got, strict=True):
+        assert (e is None) == (g is None)
+        if e is not None:
+            assert torch.allclose(e, g, atol=1e-6, rtol=1e-4)
+
+
 def test_reinforce_kl_penalty_grows_as_the_policy_moves(tiny_model_dir, tokenizer, dataset, tmp_path):
     trainer = make_trainer("reinforce_kl", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
                            max_steps=3, learning_rate=1e-2)  # fmt: skip
@@ -295,7 +326,7 @@ def test_ppo_critic_learns_and_is_clipped_stepped_and_zeroed(tiny_model_dir, tok
         grads = [p.grad for p in critic.parameters() if p.grad is not None]
         norms_at_step.append(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item())
 
-    trainer.critic_optimizer.register_step_pre_hook(record_norm)
+    trainer.critic_optimizer.optimizer.register_step_pre_hook(record_norm)  # the torch optimizer accelerate wraps
     trainer.train()
     assert len(norms_at_step) == trainer.state.global_step == 2  # once per optimizer step, not per micro-batch
     assert all(n <= max_norm * (1 + 1e-3) for n in norms_at_step)
@@ -336,6 +367,7 @@ def test_ppo_checkpoint_saves_and_resume_restores_the_critic(tiny_model_dir, tok
     ckpt = tmp_path / "ppo" / "checkpoint-1" / "critic"
     assert {"model.safetensors", "config.json", "optimizer.pt", "scheduler.pt"} <= {p.name for p in ckpt.iterdir()}
     from safetensors.torch import load_file
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
     saved_weights = load_file(ckpt / "model.safetensors")
     saved_optimizer = torch.load(ckpt / "optimizer.pt", weights_only=True)
@@ -350,13 +382,14 @@ def test_ppo_checkpoint_saves_and_resume_restores_the_critic(tiny_model_dir, tok
     def load_and_snapshot(checkpoint):
         original_load(checkpoint)
         restored["weights"] = params_of(second.accelerator.unwrap_model(second.critic))
-        restored["optimizer"] = copy.deepcopy(second.critic_optimizer.state_dict())
+        restored["optimizer"] = copy.deepcopy(get_optimizer_state_dict(second.critic, second.critic_optimizer.optimizer))
         restored["scheduler_epoch"] = second.critic_scheduler.last_epoch
 
     second._load_optimizer_and_scheduler = load_and_snapshot
     second.train(resume_from_checkpoint=str(tmp_path / "ppo" / "checkpoint-1"))
     assert any(not torch.equal(fresh[k], saved_weights[k]) for k in saved_weights)  # restoring is visible
     assert all(torch.equal(restored["weights"][k], saved_weights[k]) for k in saved_weights)
+    assert saved_optimizer["state"]
     for key, state in saved_optimizer["state"].items():
         assert torch.equal(restored["optimizer"]["state"][key]["exp_avg"], state["exp_avg"])
         assert torch.equal(restored["optimizer"]["state"][key]["step"], state["step"])
@@ -370,14 +403,16 @@ def test_ppo_runs_with_one_generation_per_prompt(tiny_model_dir, tokenizer, data
     assert trainer.args.num_generations == 1 and trainer.state.global_step == 1
 
 
-def test_ppo_rejects_fsdp_and_deepspeed_at_construction(tiny_model_dir, tokenizer, dataset, tmp_path, monkeypatch):
+def test_ppo_rejects_fsdp1_and_deepspeed_at_construction(tiny_model_dir, tokenizer, dataset, tmp_path, monkeypatch):
+    """FSDP2 shards the critic (tests/test_fsdp.py); FSDP v1 and DeepSpeed fail before any model loads."""
     args = build_config("ppo", output_dir=str(tmp_path), **TINY)
     with monkeypatch.context() as m:
         m.setenv("ACCELERATE_USE_FSDP", "true")
-        with pytest.raises(ValueError, match="does not support FSDP") as err:
+        m.setenv("FSDP_VERSION", "1")
+        with pytest.raises(ValueError, match="does not support FSDP v1") as err:
             PPOTrainer(model=str(tiny_model_dir), reward_funcs=[length_reward], args=args, train_dataset=dataset,
                        processing_class=tokenizer)  # fmt: skip
-        assert "\n" not in str(err.value)
+        assert "\n" not in str(err.value) and "fsdp2.yaml" in str(err.value)
     args.deepspeed_plugin = SimpleNamespace(zero_stage=3)
     with pytest.raises(ValueError, match="does not support DeepSpeed ZeRO-3"):
         PPOTrainer(model=str(tiny_model_dir), reward_funcs=[length_reward], args=args, train_dataset=dataset,
@@ -394,7 +429,6 @@ def test_ppo_rejects_fsdp_and_deepspeed_at_construction(tiny_model_dir, tokenize
         (ReinforceConfig, {"kl_coef": -0.1}, "kl_coef must be >= 0"),
         (ReinforceConfig, {"baseline": "none", "normalize_advantages": True}, "needs a baseline"),
         (ReinforceConfig, {"num_iterations": 2}, "on-policy"),
-        (ReinforceConfig, {"steps_per_generation": 2}, "on-policy"),
         (ReinforceConfig, {"beta": 0.1}, "leave beta at 0"),
         (PPOConfig, {"gamma": 1.5}, "gamma must be in"),
         (PPOConfig, {"lam": -0.1}, "lam must be in"),

@@ -195,11 +195,15 @@ def ppo_clip_loss(
     mask: torch.Tensor,
     epsilon_low: float = 0.2,
     epsilon_high: float | None = None,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate (Schulman et al., 2017), as a loss averaged over the masked tokens.
 
         r_t = pi(y_t) / pi_old(y_t)
-        L   = -E_t[ min(r_t * A_t, clip(r_t, 1 - eps_low, 1 + eps_high) * A_t) ]
+        L   = -E_t[ w_t * min(r_t * A_t, clip(r_t, 1 - eps_low, 1 + eps_high) * A_t) ]
+
+    `weights` w (broadcast to `(B, T)`; default 1) are per-token importance weights of the sampler, e.g.
+    GRPOTrainer's pi_old / pi_vLLM correction; the mean is still over the masked tokens.
 
     Returns the loss and detached diagnostics: `clipfrac` (share of tokens where the clipped term is the
     active one) and `approx_kl` (the (r - 1) - log r estimator of KL(pi_old || pi), as in CleanRL).
@@ -211,7 +215,8 @@ def ppo_clip_loss(
     ratio = torch.exp(log_ratio)
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high) * advantages
-    loss = masked_mean(-torch.min(unclipped, clipped), mask)
+    per_token = -torch.min(unclipped, clipped)
+    loss = masked_mean(per_token if weights is None else per_token * weights, mask)
     with torch.no_grad():
         stats = {
             "clipfrac": masked_mean((clipped < unclipped).to(ratio.dtype), mask),

@@ -15,15 +15,39 @@ generation, reward-function calling and reference model, and adds what PPO needs
    the critic's gradients, steps its AdamW and scheduler, and zeroes it at every optimizer step.
 
 The critic is `AutoModelForTokenClassification(num_labels=1)` loaded from the policy's checkpoint: the policy's
-backbone with a new scalar head. It is a separate model with its own optimizer, saved with every checkpoint
-(`critic/` beside the policy: weights, optimizer and scheduler state) and restored by
-`train(resume_from_checkpoint=...)`. It runs on one device or under DDP; FSDP and DeepSpeed would need the critic
-sharded with the policy, so they fail at construction.
-"""
+backbone with a one-output head and no LM head (its outputs are (B, L, 1), never vocabulary-sized logits). It is
+a separate model with its own AdamW, prepared by accelerate together with that optimizer like the policy, so it
+is replicated under DDP and sharded under FSDP2; it is saved with every checkpoint (`critic/` beside the policy:
+full weights, optimizer and scheduler state, gathered across ranks when sharded) and restored by
+`train(resume_from_checkpoint=...)`. DeepSpeed is refused at construction: a second trainable model needs its
+own DeepSpeed engine, which is not built here (use FSDP2, `accelerate_configs/fsdp2.yaml`); so is FSDP v1.
 
+Memory. PPO holds what GRPO holds plus a reference model (for the KL penalty), the critic, its gradients and
+AdamW states; it must never hold anything more that grows with the batch:
+
+- everything computed over the whole generation batch (`steps_per_generation` micro-batches at once) runs in
+  chunks of `per_device_train_batch_size` rows, as GRPOTrainer computes its old and reference log-probabilities:
+  the critic's values here, the policy's log-probabilities in `SampledLogprobsMixin._policy_logps`; GAE and
+  whitening work on (B, T) scalars;
+- in the update, the value loss is backpropagated through the critic before the policy's forward pass, so the
+  activations of only one backbone are alive at a time (the parameters are disjoint, so the gradients are the
+  same as those of one backward pass through the summed loss; `tests/test_ppo_memory.py` checks it);
+- the critic is in the policy's dtype: pure bf16 when the policy is loaded in bf16 (2 + 2 + 4 bytes per
+  parameter for weights, gradients and AdamW states; ~12 GB at 1.5B), or fp32 master weights with bf16 compute
+  when the policy is loaded in fp32 under `bf16: true` (accelerate's autocast; 16 bytes per parameter, ~25 GB),
+  which is also what FSDP2 with bf16 mixed precision does to both models.
+
+A critic sharing the policy's backbone (a value head on the policy's last hidden state) would save the critic's
+weights and optimizer states and its forward passes, but it is a different algorithm: the value loss then shapes
+the policy's representation (its weight vf_coef trades value accuracy against policy interference), the head
+would have to be hidden from vLLM's weight sync and from the saved policy, and GRPOTrainer's fused log-prob head
+returns no hidden states to read values from. With the two changes above PPO stays within 1.5x GRPO's memory
+without it (benchmarks/bench_memory.py), so passk keeps PPO's usual separate critic.
+"""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import textwrap
 from dataclasses import dataclass, field
@@ -32,6 +56,13 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 from transformers import AutoModelForTokenClassification, TrainerCallback
 from transformers.optimization import get_scheduler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -155,16 +186,30 @@ class PPOConfig(GRPOConfig):
 
 
 def _unsupported_parallelism(args: GRPOConfig) -> str | None:
+    """What PPOTrainer cannot run under, read from the config and the launcher's environment before any model
+    loads (the trainer checks again once accelerate has set up)."""
     if getattr(args, "deepspeed_plugin", None) is not None:
         return f"DeepSpeed ZeRO-{args.deepspeed_plugin.zero_stage}"
-    fsdp_env = os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true", "yes")
-    if args.fsdp or fsdp_env:
-        return "FSDP"
-    return None
+    if args.fsdp:  # from the config: transformers' default FSDP version is 2
+        version = (args.fsdp_config or {}).get("version", 2)
+    elif os.environ.get("ACCELERATE_USE_FSDP", "false").lower() in ("1", "true", "yes"):
+        version = os.environ.get("FSDP_VERSION", "1")  # accelerate launch's default
+    else:
+        return None
+    return None if int(version) == 2 else "FSDP v1"
+
+
+def _unsupported_message(what: str) -> str:
+    return (
+        f"PPOTrainer does not support {what}: its critic is a second trainable model, sharded only by FSDP2; "
+        "train on one device, with DDP (accelerate_configs/multi_gpu.yaml) or FSDP2 (accelerate_configs/fsdp2.yaml)"
+    )
 
 
 class _CriticOptimizerCallback(TrainerCallback):
-    """Clip, step and zero the critic alongside the policy (Trainer only handles `model`)."""
+    """Clip, step and zero the critic alongside the policy (Trainer only handles `model`).
+
+    Through accelerate, so the norm is the global one under DDP and FSDP2 (sharded gradients are DTensors)."""
 
     def __init__(self, trainer: PPOTrainer):
         self.trainer = trainer
@@ -172,7 +217,8 @@ class _CriticOptimizerCallback(TrainerCallback):
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         t = self.trainer
         if args.max_grad_norm is not None and args.max_grad_norm > 0:
-            norm = torch.nn.utils.clip_grad_norm_(t.critic.parameters(), args.max_grad_norm)
+            norm = t.accelerator.clip_grad_norm_(t.critic.parameters(), args.max_grad_norm)
+            norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
             t._metrics["train"]["ppo/critic_grad_norm"].append(float(norm))
 
     def on_optimizer_step(self, args, state, control, **kwargs):
@@ -231,15 +277,15 @@ class PPOTrainer(SampledLogprobsMixin, GRPOTrainer):
             raise TypeError(f"PPOTrainer needs a PPOConfig; got {type(args).__name__}")
         unsupported = _unsupported_parallelism(args)
         if unsupported:
-            raise ValueError(
-                f"PPOTrainer does not support {unsupported}: its critic is a second trainable model that is not "
-                "sharded with the policy; train on one device or with DDP (accelerate multi_gpu)"
-            )
+            raise ValueError(_unsupported_message(unsupported))
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
-        if self.is_fsdp_enabled or self.is_deepspeed_enabled:  # set up by accelerate from its own config
-            raise ValueError("PPOTrainer does not support FSDP or DeepSpeed; train on one device or with DDP")
+        if self.is_deepspeed_enabled:  # set up by accelerate from its own config
+            raise ValueError(_unsupported_message(f"DeepSpeed ZeRO-{self.accelerator.state.deepspeed_plugin.zero_stage}"))
+        if self.is_fsdp_enabled and self.accelerator.state.fsdp_plugin.fsdp_version != 2:
+            raise ValueError(_unsupported_message("FSDP v1"))
 
-        # The critic: the policy's backbone with a fresh scalar head, its own AdamW, prepared like the policy.
+        # The critic: the policy's backbone with a fresh scalar head, its own AdamW, prepared like the policy
+        # (placed on the device, DDP-wrapped, or sharded by FSDP2 together with its optimizer).
         critic_path = args.critic_model_name_or_path or get_config_model_id(self.model.config)
         init_kwargs = dict(args.model_init_kwargs or {})
         init_kwargs.setdefault("dtype", self.model.dtype)
@@ -248,14 +294,18 @@ class PPOTrainer(SampledLogprobsMixin, GRPOTrainer):
         disable_dropout_in_model(critic)
         if args.gradient_checkpointing:
             critic.gradient_checkpointing_enable(gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs)
-        self.critic_optimizer = torch.optim.AdamW(
+        optimizer = torch.optim.AdamW(
             critic.parameters(),
             lr=args.critic_learning_rate or args.learning_rate,
             betas=(args.adam_beta1, args.adam_beta2),
             eps=args.adam_epsilon,
             weight_decay=args.weight_decay,
         )
-        self.critic = self.accelerator.prepare_model(critic)
+        self.critic, self.critic_optimizer = self.accelerator.prepare(critic, optimizer)
+        # accelerate (1.15) re-points the optimizer at FSDP2's sharded parameters by data pointer, which collides
+        # for parameters with an empty shard on this rank (the one-output head on ranks > 0); the optimizer was
+        # built on critic.parameters() in one group, and sharding keeps their order, so re-point it by position.
+        self.critic_optimizer.optimizer.param_groups[0]["params"] = list(self.critic.parameters())
         self.critic_scheduler = None  # built with the policy's, once the number of steps is known
         self.add_callback(_CriticOptimizerCallback(self))
 
@@ -265,23 +315,30 @@ class PPOTrainer(SampledLogprobsMixin, GRPOTrainer):
         if self.critic_scheduler is None:
             self.critic_scheduler = get_scheduler(
                 self.args.lr_scheduler_type,
-                optimizer=self.critic_optimizer,
+                optimizer=self.critic_optimizer.optimizer,  # the torch optimizer inside accelerate's wrapper
                 num_warmup_steps=self.args.get_warmup_steps(num_training_steps),
                 num_training_steps=num_training_steps,
                 scheduler_specific_kwargs=self.args.lr_scheduler_kwargs,
             )
         return scheduler
 
-    def _critic_values(self, critic: torch.nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+    def _critic_values(self, critic: torch.nn.Module, batch: dict[str, Any], batch_size: int | None = None) -> torch.Tensor:
         """V(s_t) for every completion position t: the critic's output at the token before y_t.
 
         Prompts are left-padded to length P, so position P-1+t holds the last token of s_t = prompt + y_<t.
+        `batch_size` rows go through the critic at a time (default: all), so that a generation batch costs the
+        activations of one micro-batch, as GRPOTrainer's log-probability passes do.
         """
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        with self.accelerator.autocast():
-            logits = critic(input_ids=input_ids, attention_mask=attention_mask).logits
-        return logits[:, batch["prompt_ids"].size(1) - 1 : -1, 0].float()
+        first = batch["prompt_ids"].size(1) - 1
+        batch_size = batch_size or input_ids.size(0)
+        values = []
+        for i in range(0, input_ids.size(0), batch_size):
+            with self.accelerator.autocast():
+                logits = critic(input_ids=input_ids[i : i + batch_size], attention_mask=attention_mask[i : i + batch_size]).logits
+            values.append(logits[:, first:-1, 0].float())
+        return torch.cat(values)
 
     # ---- 1. rollout: rewards, values, GAE -----------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -290,7 +347,9 @@ class PPOTrainer(SampledLogprobsMixin, GRPOTrainer):
         return rewards_per_func
 
     def _wants_sampled_logps(self) -> bool:
-        return True  # log π_old, for the ratio of later epochs and for the KL penalty (see sampling.py)
+        # log π_old, for the ratio of later epochs and for the KL penalty (see sampling.py); not when GRPOTrainer
+        # computes them anyway (off-policy steps or vLLM's importance-sampling correction).
+        return not self._trl_computes_old_logps(num_iterations=1)
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         # With num_iterations > 1 GRPOTrainer runs a forward pass for log π_old; when generation records them,
@@ -332,7 +391,8 @@ class PPOTrainer(SampledLogprobsMixin, GRPOTrainer):
             token_rewards[rows, last] += scores.to(mask.dtype) * scorable.to(mask.dtype)
 
             # Values, GAE, returns; then whitened advantages.
-            values = self._critic_values(self.accelerator.unwrap_model(self.critic), out) * mask
+            chunk = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+            values = self._critic_values(self.accelerator.unwrap_model(self.critic), out, chunk) * mask
             advantages, returns = masked_gae(token_rewards, values, mask, args.gamma, args.lam)
             if args.whiten_advantages:
                 advantages = masked_whiten(advantages, mask)
@@ -349,15 +409,26 @@ class PPOTrainer(SampledLogprobsMixin, GRPOTrainer):
 
     # ---- 2. update: clipped policy loss + clipped value loss - entropy bonus ------------------------------------
     def training_step(self, model, inputs, num_items_in_batch):
-        # Like the policy, the critic's DDP gradients are all-reduced only on the last micro-batch of a step.
-        sync = self.accelerator.sync_gradients or not hasattr(self.critic, "no_sync")
-        with contextlib.nullcontext() if sync else self.critic.no_sync():
+        # Like the policy, the critic's gradients are reduced across ranks only on the last micro-batch of a step.
+        sync = self.accelerator.sync_gradients
+        with contextlib.nullcontext() if sync else self.accelerator.no_sync(self.critic):
             return super().training_step(model, inputs, num_items_in_batch)
 
     def _compute_loss(self, model, inputs):
         mode = "train" if self.model.training else "eval"
         args: PPOConfig = self.args
         mask = self._loss_mask(inputs).float() * inputs["scorable"][:, None].float()
+        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+
+        # The value loss first, backpropagated at once when training: the critic's activations are freed before
+        # the policy's forward pass allocates its own. Its parameters are disjoint from the policy's, so this is
+        # the gradient of the summed loss; the returned loss carries the value term's value, not its graph.
+        values = self._critic_values(self.critic, inputs)
+        vf_loss, vf_clipfrac = clipped_value_loss(values, inputs["old_values"], inputs["returns"], mask, args.cliprange_value)
+        if mode == "train" and vf_loss.requires_grad:
+            self.accelerator.backward(args.vf_coef * vf_loss / normalizer)
+            vf_loss = vf_loss.detach()
+        del values
 
         per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
             model,
@@ -368,11 +439,12 @@ class PPOTrainer(SampledLogprobsMixin, GRPOTrainer):
         )
         old_logps = inputs.get("old_per_token_logps")
         old_logps = per_token_logps.detach() if old_logps is None else old_logps  # on-policy: ratio 1
+        # With vLLM, GRPOTrainer's truncated importance weights π_old / π_vLLM correct for the sampler's numerics,
+        # as in GRPO's loss (vllm_importance_sampling_correction).
         pg_loss, pg_stats = ppo_clip_loss(
-            per_token_logps, old_logps, inputs["advantages"], mask, self.epsilon_low, self.epsilon_high
-        )
-        values = self._critic_values(self.critic, inputs)
-        vf_loss, vf_clipfrac = clipped_value_loss(values, inputs["old_values"], inputs["returns"], mask, args.cliprange_value)
+            per_token_logps, old_logps, inputs["advantages"], mask, self.epsilon_low, self.epsilon_high,
+            weights=inputs.get("importance_sampling_ratio"),
+        )  # fmt: skip
         entropy = masked_mean(entropies, mask)
         loss = pg_loss + args.vf_coef * vf_loss - args.entropy_coef * entropy
 
@@ -386,21 +458,29 @@ class PPOTrainer(SampledLogprobsMixin, GRPOTrainer):
         metrics["ppo/clipfrac"].append(mean_over_processes(pg_stats["clipfrac"]))
         metrics["ppo/approx_kl"].append(mean_over_processes(pg_stats["approx_kl"]))
         metrics["entropy"].append(mean_over_processes(entropy))
-        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
         return loss / normalizer
 
     # ---- checkpoints: the critic's weights, optimizer and scheduler ---------------------------------------------
+    # torch.distributed.checkpoint's state-dict functions give full (unsharded) states keyed by parameter name for
+    # a plain, DDP or FSDP2 critic alike (a gather under FSDP2, so every rank calls them); rank 0 writes them, and
+    # a checkpoint written by one layout resumes under another.
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
         super().save_model(output_dir, _internal_call)
+        state = get_model_state_dict(self.critic, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if self.args.should_save:
             critic_dir = Path(output_dir or self.args.output_dir) / CRITIC_DIR
-            self.accelerator.unwrap_model(self.critic).save_pretrained(critic_dir)
+            self.accelerator.unwrap_model(self.critic).save_pretrained(critic_dir, state_dict=state)
 
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)  # calls save_model, which writes the critic's weights
-        if self.args.should_save and not self.args.save_only_model:
+        if self.args.save_only_model:
+            return
+        optimizer_state = get_optimizer_state_dict(
+            self.critic, self.critic_optimizer.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
+        if self.args.should_save:
             checkpoint = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-            torch.save(self.critic_optimizer.state_dict(), checkpoint / CRITIC_DIR / CRITIC_OPTIMIZER)
+            torch.save(optimizer_state, checkpoint / CRITIC_DIR / CRITIC_OPTIMIZER)
             if self.critic_scheduler is not None:
                 torch.save(self.critic_scheduler.state_dict(), checkpoint / CRITIC_DIR / CRITIC_SCHEDULER)
 
@@ -411,22 +491,27 @@ class PPOTrainer(SampledLogprobsMixin, GRPOTrainer):
         critic_dir = Path(checkpoint) / CRITIC_DIR
         if not critic_dir.is_dir():
             raise FileNotFoundError(f"{checkpoint} has no {CRITIC_DIR}/ folder: it was not saved by PPOTrainer")
-        load_critic_weights(self.accelerator.unwrap_model(self.critic), critic_dir)
+        # Every rank reads the full state (as the Trainer reads the policy's checkpoint) and keeps its shard.
+        full = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(self.critic, read_critic_weights(critic_dir), options=full)
         if (critic_dir / CRITIC_OPTIMIZER).is_file():
-            self.critic_optimizer.load_state_dict(
-                torch.load(critic_dir / CRITIC_OPTIMIZER, map_location=self.accelerator.device, weights_only=True)
-            )
+            state = torch.load(critic_dir / CRITIC_OPTIMIZER, map_location="cpu", weights_only=True)
+            if all(isinstance(k, int) for k in state["state"]):  # written by passk before name-keyed states
+                self.critic_optimizer.optimizer.load_state_dict(state)
+            else:
+                set_optimizer_state_dict(self.critic, self.critic_optimizer.optimizer, state, options=full)
         if self.critic_scheduler is not None and (critic_dir / CRITIC_SCHEDULER).is_file():
             self.critic_scheduler.load_state_dict(torch.load(critic_dir / CRITIC_SCHEDULER, weights_only=True))
 
 
-def load_critic_weights(critic: torch.nn.Module, critic_dir: Path) -> None:
-    """Load weights written by `save_pretrained` (one safetensors file or a sharded index) into `critic`."""
+def read_critic_weights(critic_dir: Path) -> dict[str, torch.Tensor]:
+    """The full state dict written by `save_pretrained` (one safetensors file or a sharded index) in `critic_dir`."""
+    from safetensors.torch import load_file
+
     if (critic_dir / "model.safetensors").is_file():
-        from safetensors.torch import load_file
-
-        critic.load_state_dict(load_file(critic_dir / "model.safetensors", device="cpu"))
-    else:
-        from transformers.trainer_utils import load_sharded_checkpoint
-
-        load_sharded_checkpoint(critic, str(critic_dir))
+        return load_file(critic_dir / "model.safetensors", device="cpu")
+    index = json.loads((critic_dir / "model.safetensors.index.json").read_text())
+    state: dict[str, torch.Tensor] = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        state.update(load_file(critic_dir / shard, device="cpu"))
+    return state

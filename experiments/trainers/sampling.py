@@ -73,6 +73,14 @@ class SampledLogprobsMixin:
     def _wants_sampled_logps(self) -> bool:
         return False
 
+    def _trl_computes_old_logps(self, num_iterations: int) -> bool:
+        """Whether GRPOTrainer runs its own forward pass for log π_old on a generation batch: when the batch feeds
+        more optimizer steps than one (`steps_per_generation * num_iterations` not dividing the accumulation
+        steps) or for vLLM's importance-sampling correction. Recording is wasted then."""
+        generate_every = self.args.steps_per_generation * num_iterations
+        off_policy = self.args.gradient_accumulation_steps % generate_every != 0
+        return off_policy or (self.use_vllm and self.vllm_importance_sampling_correction)
+
     def _can_record(self) -> bool:
         return (
             not self.use_vllm
