@@ -70,8 +70,12 @@ class ReinforceConfig(GRPOConfig):
             `beta` is set to the same value only so that GRPOTrainer loads the reference model and computes its
             log-probabilities; GRPO's own KL loss term is never added.
 
-    REINFORCE is on-policy: `num_iterations` must be 1 and `gradient_accumulation_steps` a multiple of
-    `steps_per_generation`, so every sample is used for exactly one gradient step of the policy that drew it.
+    REINFORCE is on-policy: `num_iterations` must be 1, so every sample is used for one gradient step. To fill a
+    GPU, one generation may feed several optimizer steps (`steps_per_generation` or `generation_batch_size` above
+    the accumulation steps): the samples of the later steps were drawn by an older policy π_old, and each token's
+    log-likelihood gradient is weighted by π(y_t)/π_old(y_t) (exactly 1 on the first step; the first-order
+    off-policy policy gradient of the TRPO/PPO surrogate, unclipped), with π_old computed by GRPOTrainer. Keep
+    that drift small (a few steps at a small learning rate), or use PPO or GRPO, which clip it.
     """
 
     baseline: str = field(
@@ -110,12 +114,6 @@ class ReinforceConfig(GRPOConfig):
         if self.num_iterations != 1:
             raise ValueError(f"REINFORCE is on-policy: num_iterations must be 1; got {self.num_iterations}")
         super().__post_init__()
-        if self.gradient_accumulation_steps % self.steps_per_generation != 0:
-            raise ValueError(
-                "REINFORCE is on-policy: gradient_accumulation_steps "
-                f"({self.gradient_accumulation_steps}) must be a multiple of steps_per_generation "
-                f"({self.steps_per_generation})"
-            )
 
 
 class ReinforceTrainer(SampledLogprobsMixin, GRPOTrainer):
@@ -172,7 +170,7 @@ class ReinforceTrainer(SampledLogprobsMixin, GRPOTrainer):
 
     # ---- generation: record log π of the sampled tokens when the KL penalty needs them (see sampling.py) ------
     def _wants_sampled_logps(self) -> bool:
-        return self.args.kl_coef > 0
+        return self.args.kl_coef > 0 and not self._trl_computes_old_logps(self.num_iterations)
 
     # ---- seam 1: the rewards, kept for the advantage estimator -------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -248,10 +246,22 @@ class ReinforceTrainer(SampledLogprobsMixin, GRPOTrainer):
             inputs["completion_ids"].size(1),
             compute_entropy=True,
         )
+        # Samples drawn before the last update(s) (one generation feeding several steps) or by vLLM: GRPOTrainer
+        # computed log π_old. Weighting log π by the detached ratio π/π_old gives the gradient A ρ ∇log π of the
+        # off-policy surrogate; ρ is 1 on-policy. vLLM's truncated π_old/π_vLLM weights multiply in, as in GRPO.
+        weights = None
+        if inputs.get("old_per_token_logps") is not None:
+            weights = torch.exp(per_token_logps.detach() - inputs["old_per_token_logps"])
+            self._metrics[mode]["reinforce/is_ratio_max"].append(
+                self.accelerator.gather((weights * mask).max().reshape(1)).max().item()
+            )
+        if inputs.get("importance_sampling_ratio") is not None:
+            weights = inputs["importance_sampling_ratio"] * (1.0 if weights is None else weights)
+        weighted_logps = per_token_logps if weights is None else per_token_logps * weights
         # -Σ_t A log π(y_t) per completion, mean over the micro-batch's completions. Summing (not averaging) the
         # tokens keeps the estimator's weighting; the mean over completions, with equal micro-batches, makes the
         # accumulated gradient the mean over the generation batch once divided by the accumulation steps.
-        loss = policy_gradient_loss(per_token_logps, inputs["advantages"], mask)
+        loss = policy_gradient_loss(weighted_logps, inputs["advantages"], mask)
         normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
 
         stats = self.accelerator.reduce(
