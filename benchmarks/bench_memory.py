@@ -5,8 +5,10 @@
     python benchmarks/bench_memory.py --out benchmarks/results/bench_memory.json
 
 The GPU check (benchmarks/gpu_check.py) measures this with CUDA's allocator on the 1.5B shape. Here it is
-measured on CPU, on a model big enough for activations to outweigh weights and optimizer states (as they do for
-a 1.5B model at 32 x 868 tokens per micro-batch), so that a copy of the activations shows up as it would on a GPU.
+measured on CPU, on a model shaped so that activations outweigh weights, gradients and AdamW states about 4 to 1
+(hidden 256, 8 layers, 16 completions of ~30 prompt + 96 new tokens per micro-batch), as they do for the 1.5B
+model at 32 x ~870 tokens (~40 GB of activations against ~12 GB of bf16 training state): a second set of
+activations then shows up as it would on a GPU.
 
 What is measured: every (variant, steps_per_generation) runs in a fresh subprocess. Just before the trainer is
 built, the process's peak resident set size is reset (`/proc/self/clear_refs` = 5) and its current size taken as
@@ -149,9 +151,9 @@ def main() -> None:
     parser.add_argument("--spg", nargs="*", type=int, default=[1, 8], help="steps_per_generation values")
     parser.add_argument("--batch", type=int, default=16, help="completions per optimizer step")
     parser.add_argument("--generations", type=int, default=8)
-    parser.add_argument("--completion", type=int, default=64, help="tokens per completion")
-    parser.add_argument("--hidden", type=int, default=512)
-    parser.add_argument("--layers", type=int, default=6)
+    parser.add_argument("--completion", type=int, default=96, help="tokens per completion")
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--code", default=None, help="measure the trainers of another checkout (first on PYTHONPATH)")
@@ -168,7 +170,7 @@ def main() -> None:
     from experiments.tasks import task_model_path
 
     model = str(task_model_path(seed=args.seed, hidden_size=args.hidden, num_layers=args.layers,
-                                num_heads=8, num_kv_heads=2))  # fmt: skip
+                                num_heads=4, num_kv_heads=2))  # fmt: skip
     variants = ["grpo", *[v for v in args.variants if v != "grpo"]]
     runs, ratios = [], {}
     for spg in args.spg:

@@ -149,28 +149,6 @@ def test_accelerate_command_launches_the_train_module() -> None:
     assert cmd[-5:] == ["-m", "experiments.train", "cfg.yaml", "--max_steps", "2"]
 
 
-def test_gpu_check_script_is_sound() -> None:
-    """benchmarks/gpu_check.sh: bash syntax, and its embedded python compiles (it is run on a GPU by hand)."""
-    script = REPO / "benchmarks" / "gpu_check.sh"
-    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
-    text = script.read_text()
-    body = text.split("<<'PY'\n", 1)[1].rsplit("\nPY\n", 1)[0]
-    compile(body, str(script), "exec")
-
-
-@pytest.mark.slow
-def test_gpu_check_smoke_on_cpu(tmp_path: Path, passk_cache: Path) -> None:
-    """The --cpu --tiny smoke path of the GPU check, one method: numbers printed and written."""
-    env = _env(passk_cache) | {"OUT": str(tmp_path)}
-    cmd = ["bash", str(REPO / "benchmarks" / "gpu_check.sh"), "--cpu", "--tiny", "--methods", "grpo"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads((tmp_path / "gpu_check.json").read_text())
-    row = result["methods"]["grpo"]
-    assert row["generation_tokens_per_s"] > 0 and row["step_time_s"] > 0 and len(row["step_times_s"]) == 2
-    assert result["sandbox_after_cuda"]["passed"] == result["sandbox_after_cuda"]["programs"]
-
-
 def test_compare_runs_every_config_per_seed_with_the_same_overrides(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
