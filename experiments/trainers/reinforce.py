@@ -18,7 +18,9 @@ across processes, the reference model) and replaces two seams:
    process's slice.
 2. `_compute_loss`: the REINFORCE surrogate -sum_t A * log pi(y_t) per completion, averaged over completions,
    divided by the gradient-accumulation steps (GRPOTrainer sets `loss_is_scaled_for_ga=True`). There is no
-   ratio, no clipping and no KL term in the loss: REINFORCE is on-policy, one gradient step per sample.
+   clipping and no KL term in the loss: each sample is used for one gradient step. When GRPOTrainer supplies
+   log pi_old (one generation feeding several optimizer steps, or vLLM), each token's term is weighted by the
+   detached pi/pi_old (1 on-policy) and by vLLM's importance weights, as GRPO's loss is.
 """
 
 from __future__ import annotations
