@@ -5,10 +5,11 @@
     python benchmarks/bench_memory.py --out benchmarks/results/bench_memory.json
 
 The GPU check (benchmarks/gpu_check.py) measures this with CUDA's allocator on the 1.5B shape. Here it is
-measured on CPU, on a model shaped so that activations outweigh weights, gradients and AdamW states about 4 to 1
-(hidden 256, 8 layers, 16 completions of ~30 prompt + 96 new tokens per micro-batch), as they do for the 1.5B
-model at 32 x ~870 tokens (~40 GB of activations against ~12 GB of bf16 training state): a second set of
-activations then shows up as it would on a GPU.
+measured on CPU, on a model shaped so that one micro-batch's activations outweigh the training state (hidden 256,
+8 layers, 16 completions of ~30 prompt + 96 new tokens: ~200 MiB of activations against ~140 MiB of weights,
+gradients and AdamW states, read off the before/after runs in benchmarks/results/bench_memory.json), as they do
+for the 1.5B model at 32 x ~870 tokens (~40 GB against ~12 GB of bf16 training state), so that a second set of
+activations shows up as it would on a GPU. The vocabulary (512) is tiny, so full-vocabulary tensors do not.
 
 What is measured: every (variant, steps_per_generation) runs in a fresh subprocess. Just before the trainer is
 built, the process's peak resident set size is reset (`/proc/self/clear_refs` = 5) and its current size taken as
