@@ -41,8 +41,9 @@ A critic sharing the policy's backbone (a value head on the policy's last hidden
 weights and optimizer states and its forward passes, but it is a different algorithm: the value loss then shapes
 the policy's representation (its weight vf_coef trades value accuracy against policy interference), the head
 would have to be hidden from vLLM's weight sync and from the saved policy, and GRPOTrainer's fused log-prob head
-returns no hidden states to read values from. With the two changes above PPO stays within 1.5x GRPO's memory
-without it (benchmarks/bench_memory.py), so passk keeps PPO's usual separate critic.
+returns no hidden states to read values from. With the two changes above PPO's peak went from 1.82x to 1.23x
+GRPO's on CPU (benchmarks/bench_memory.py; benchmarks/gpu_check.py measures the 1.5B shape), within the 1.5x
+target without sharing, so passk keeps PPO's usual separate critic.
 """
 from __future__ import annotations
 
