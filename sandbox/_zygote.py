@@ -1510,9 +1510,6 @@ def main(config):
     OWNER = OwnerLink()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in the trainer: the owner decides
     set_name(b"passk-judge")
-    # Not dumpable: no ptrace and no /proc/<pid>/mem of the judge (the tests' expected values) or of the
-    # spawner, even by a process with the same uid (the non-root mode). Debuggers then need root.
-    prctl(PR_SET_DUMPABLE, 0)
     sys.path[:] = STDLIB_DIRS + list(cfg.get("python_paths", ()))
 
     def on_alarm(signum, frame):
@@ -1532,6 +1529,10 @@ def main(config):
         except OSError as e:
             print(f"passk zygote: no seccomp ({e})", file=sys.stderr)
     layers = isolate(cfg)
+    # Not dumpable (after the user namespace's uid map is written: that needs /proc/self owned by us): no
+    # ptrace and no /proc/<pid>/mem of the judge (the tests' expected values) or of the spawner, even by a
+    # process with the same uid (the non-root mode). Debuggers then need root.
+    prctl(PR_SET_DUMPABLE, 0)
     root_ok = os.geteuid() == 0 or layers["userns"]
     layers.update(own_root=root_ok, pid_namespace=root_ok, private_ns=root_ok, proc=root_ok, scratch="/tmp")
     # Never run candidates as root: RLIMIT_NPROC does not bind root, and root may signal every process.

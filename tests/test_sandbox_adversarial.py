@@ -1,14 +1,20 @@
 """The adversarial corpus (tests/sandbox_adversarial/*.py): every trick fails, with the expected status, leaves no
-process behind, changes no file outside its scratch directory, sends nothing to a loopback listener, and leaves
-the test process (and the sandbox) alive."""
+process, file, IPC object or lock behind and no host memory in use, changes no file outside its scratch
+directory, sends nothing to a loopback listener, leaves the test process (and the sandbox) alive, and the next
+innocent task passes."""
 
 from __future__ import annotations
 
 import glob
+import gzip
+import json
 import os
 import re
 import secrets
+import shutil
 import socket
+import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -19,13 +25,15 @@ from sandbox import Sandbox
 CORPUS = sorted(Path(__file__).with_name("sandbox_adversarial").glob("[0-9]*.py"))
 UID_BASE = 63000 + 16 * (os.getpid() % 100)  # away from the default 61000, which other test runs may use
 N_WORKERS = 2
-SLOT_UIDS = set(range(UID_BASE, UID_BASE + 2 * N_WORKERS))
+MEMORY_MB = 512
 SECRET = "PASSK_TEST_SECRET"
 SECRET_VALUE = "s3cret-" + secrets.token_hex(8)
+MANY_STATEMENTS = "a = 1\n" * 50_000  # compiling these alone needs more than 64 MiB
+SHMEM_GROWTH_MB = 64  # host shared memory (SysV, tmpfs) a finished case may leave in use: none of its own
 
 
 def parse(path: Path) -> dict:
-    meta = {"task": None, "expect": "", "flags": "", "modes": "rpc", "timeout": "3"}
+    meta = {"task": None, "expect": "", "flags": "", "modes": "rpc", "timeout": "3", "memory_mb": str(MEMORY_MB)}
     text = path.read_text()
     for line in text.splitlines():
         m = re.match(r"# (\w+): (.*)", line)
@@ -69,13 +77,19 @@ def descendants(table: dict, root: int) -> set[int]:
 # Idle worker trees of pools that earlier tests in this session started (e.g. the shared rewards pool): they
 # are not this module's sandbox, so they are left out of the leftover check.
 FOREIGN: set[int] = set()
+POOLS: dict[int, Sandbox] = {}  # memory_mb -> this module's pools
 
 
-def leftovers(sandbox: Sandbox) -> list[str]:
+def slot_uids() -> set[int]:
+    return {uid for pool in POOLS.values() for uid in (pool.uids or ())}
+
+
+def leftovers() -> list[str]:
     """Processes that should not exist: anything of the slot uids except the one pre-forked candidate per
     spawner, zombies, and any descendant of this test process beyond zygote -> spawner -> ready candidate."""
     table = proc_table()
-    zygotes = set(sandbox.worker_pids())
+    zygotes = {pid for pool in POOLS.values() for pid in pool.worker_pids()}
+    uids = slot_uids()
     spawners = {pid for pid, (_, ppid, _) in table.items() if ppid in zygotes}
     ready = {pid for pid, (_, ppid, _) in table.items() if ppid in spawners}
     problems = []
@@ -83,7 +97,7 @@ def leftovers(sandbox: Sandbox) -> list[str]:
     for pid in descendants(table, os.getpid()) - zygotes - spawners - ready - foreign:
         problems.append(f"pid {pid} {table[pid]} under the test process")
     for pid, (uid, _, state) in table.items():
-        if uid in SLOT_UIDS and pid not in ready:
+        if uid in uids and pid not in ready:
             problems.append(f"pid {pid} of slot uid {uid}, state {state}")
         if state == "Z" and pid in descendants(table, os.getpid()):
             problems.append(f"zombie {pid}")
@@ -92,12 +106,71 @@ def leftovers(sandbox: Sandbox) -> list[str]:
     return problems
 
 
-def settled(sandbox: Sandbox, timeout: float = 10.0) -> list[str]:
+def settled(timeout: float = 10.0) -> list[str]:
     """The candidate that ran is reaped while its result travels back: give it a moment, then report."""
     deadline = time.monotonic() + timeout
-    while (problems := leftovers(sandbox)) and time.monotonic() < deadline:
+    while (problems := leftovers()) and time.monotonic() < deadline:
         time.sleep(0.05)
     return problems
+
+
+def host_ipc() -> dict[str, list[str]]:
+    """The host's SysV IPC objects (key, id columns) and POSIX message queues."""
+    out = {}
+    for kind in ("shm", "msg", "sem"):
+        try:
+            lines = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
+        except OSError:
+            lines = []
+        out[kind] = sorted(" ".join(line.split()[:2]) for line in lines)
+    out["mqueue"] = host_mqueues()
+    return out
+
+
+def host_mqueues() -> list[str]:
+    """POSIX message queues of the host's IPC namespace, listed through an mqueue mount of a private mount
+    namespace (the host need not have /dev/mqueue mounted). Root only; [] otherwise."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return []
+    with tempfile.TemporaryDirectory() as d:
+        proc = subprocess.run(["unshare", "--mount", "sh", "-c", f"mount -t mqueue none {d} && ls -A {d}"],
+                              capture_output=True, text=True, timeout=30)
+    return sorted(proc.stdout.split())
+
+
+def shmem_mb() -> float:
+    """Shared memory in use on the host (SysV segments, tmpfs files), from /proc/meminfo."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("Shmem:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def locks_of(uids: set[int]) -> list[str]:
+    """Entries of /proc/locks held by processes running as one of ``uids``."""
+    table = proc_table()
+    held = []
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        pid = next((int(f) for f in fields[4:5] if f.isdigit()), None)
+        if pid in table and table[pid][0] in uids:
+            held.append(line)
+    return held
+
+
+def files_of(uids: set[int]) -> list[str]:
+    """Files owned by one of ``uids`` in the host's world-writable directories."""
+    out = []
+    for top in ("/tmp", "/var/tmp", "/dev/shm"):
+        for root, dirs, files in os.walk(top):
+            for name in dirs + files:
+                path = os.path.join(root, name)
+                try:
+                    if os.lstat(path).st_uid in uids:
+                        out.append(path)
+                except OSError:
+                    pass
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -108,13 +181,40 @@ def problems() -> dict:
 
 
 @pytest.fixture(scope="module")
-def sandbox():
+def pools():
+    """One pool per memory limit the corpus asks for, started on first use."""
     os.environ[SECRET] = SECRET_VALUE  # before the workers start: they must not inherit it
     FOREIGN.update(descendants(proc_table(), os.getpid()))
-    sb = Sandbox(n_workers=N_WORKERS, timeout=3.0, memory_mb=512, uid_base=UID_BASE).start()
-    yield sb
-    sb.close()
+
+    def get(memory_mb: int = MEMORY_MB) -> Sandbox:
+        if memory_mb not in POOLS:
+            POOLS[memory_mb] = Sandbox(n_workers=N_WORKERS, timeout=3.0, memory_mb=memory_mb,
+                                       uid_base=UID_BASE + 8 * len(POOLS)).start()
+        return POOLS[memory_mb]
+
+    get()
+    yield get
+    for pool in POOLS.values():
+        pool.close()
+    POOLS.clear()
     os.environ.pop(SECRET, None)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def planted_answers(problems):
+    """A world-readable copy of the HumanEval data on the host, as a pip cache, another virtualenv or a dataset
+    download leaves one (here, every copy is under /root, which other uids cannot enter)."""
+    top = next(d for d in ("/opt", "/srv", "/var/tmp") if os.path.isdir(d))
+    root = Path(tempfile.mkdtemp(prefix="passk-planted-", dir=top))
+    data = root / "human-eval" / "data"
+    data.mkdir(parents=True)
+    with gzip.open(data / "HumanEval.jsonl.gz", "wt") as f:
+        for p in problems.values():
+            f.write(json.dumps(p) + "\n")
+    for d in [root, *root.rglob("*")]:
+        d.chmod(0o755 if d.is_dir() else 0o644)
+    yield root
+    shutil.rmtree(root)
 
 
 @pytest.fixture()
@@ -151,25 +251,35 @@ def test_corpus_is_large_enough():
 
 
 @pytest.mark.parametrize("path,mode", CASES, ids=[f"{p.stem}-{m}" for p, m in CASES])
-def test_adversarial(path, mode, sandbox, problems, canary, listeners):
+def test_adversarial(path, mode, pools, problems, canary, listeners):
     meta = parse(path)
+    sandbox = pools(int(meta["memory_mb"]))
     tcp, udp = listeners
     program = (meta["program"].replace("{CANARY_DIR}", str(canary)).replace("{PORT}", str(tcp.getsockname()[1]))
-               .replace("{UDP_PORT}", str(udp.getsockname()[1])).replace("{SECRET}", SECRET))
+               .replace("{UDP_PORT}", str(udp.getsockname()[1])).replace("{SECRET}", SECRET)
+               .replace("{MANY_STATEMENTS}", MANY_STATEMENTS))
     if meta["task"] == "inline":
-        tests, entry_point = meta["tests"], re.search(r"^def (\w+)", program, re.M).group(1)
-    else:
-        tests, entry_point = problems[meta["task"]]["test"], problems[meta["task"]]["entry_point"]
+        tests, entry_point, prompt = meta["tests"], re.search(r"^def (\w+)", program, re.M).group(1), None
+    else:  # as the rewards run it: the dataset prompt is the trusted code
+        problem = problems[meta["task"]]
+        tests, entry_point, prompt = problem["test"], problem["entry_point"], problem["prompt"]
     pwned_before = set(glob.glob("/tmp/passk_pwned*") + glob.glob("/var/tmp/passk_pwned*")
                        + glob.glob("/dev/shm/passk_pwned*"))
     listing = sorted(os.listdir(canary))
+    ipc_before, shmem_before = host_ipc(), shmem_mb()
 
-    result = sandbox.run(program, tests, entry_point, timeout=float(meta["timeout"]), mode=mode)
+    result = sandbox.run(program, tests, entry_point, timeout=float(meta["timeout"]), mode=mode,
+                         trusted_code=prompt)
 
     assert not result.passed, result
     assert result.status.value in meta["expect"], result
     assert meta["flags"] <= set(result.flags), result
-    assert settled(sandbox) == []
+    assert settled() == []
+    assert host_ipc() == ipc_before
+    assert shmem_mb() - shmem_before < SHMEM_GROWTH_MB
+    uids = slot_uids()
+    assert locks_of(uids) == []
+    assert files_of(uids) == []
     assert sorted(os.listdir(canary)) == listing
     assert (canary / "canary.txt").read_text() == "canary"
     assert (canary / "canary.txt").stat().st_uid == 0 or os.geteuid() != 0
@@ -181,17 +291,24 @@ def test_adversarial(path, mode, sandbox, problems, canary, listeners):
         udp.recvfrom(1 << 16)
     for text in (result.stdout, result.stderr, result.message):
         assert SECRET_VALUE not in text
+    # The next innocent task: an idle pool gives a lone task to its first worker, the one that ran the case.
+    p = problems["HumanEval/53"]
+    innocent = sandbox.run(p["prompt"] + p["canonical_solution"], p["test"], p["entry_point"],
+                           trusted_code=p["prompt"])
+    assert innocent.passed, innocent
 
 
-def test_daemons_did_not_act_later(sandbox):
+def test_daemons_did_not_act_later(pools):
     """19_spawn_daemon's shell would touch /tmp/passk_pwned_daemon 3 s later, had it been started."""
     time.sleep(3.5)
     assert not glob.glob("/tmp/passk_pwned*")
-    assert settled(sandbox) == []
+    assert settled() == []
 
 
-def test_sandbox_still_works_after_the_corpus(sandbox, problems):
+def test_sandbox_still_works_after_the_corpus(pools, problems):
     p = problems["HumanEval/53"]
-    result = sandbox.run(p["prompt"] + p["canonical_solution"], p["test"], p["entry_point"])
-    assert result.passed, result
-    assert settled(sandbox) == []
+    tasks = [{"program": p["prompt"] + p["canonical_solution"], "tests": p["test"], "entry_point": p["entry_point"],
+              "trusted_code": p["prompt"]}] * 8
+    for pool in POOLS.values():
+        assert all(r.passed for r in pool.run_batch(tasks))
+    assert settled() == []
