@@ -198,7 +198,7 @@ class Decoder:
         self.items, self.hash_work, self.deadline, self.next_clock = 0, 0, deadline, DECODE_CLOCK_EVERY
 
     def clock(self):
-        self.next_clock = self.items + DECODE_CLOCK_EVERY
+        self.next_clock = min(self.items + DECODE_CLOCK_EVERY, MAX_ITEMS + 1)
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise TimeoutError
 

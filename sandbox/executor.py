@@ -589,6 +589,10 @@ class Sandbox:
         missing = [p for p in paths if not os.path.exists(p)]
         if missing:
             raise ValueError(f"readonly_paths that do not exist: {missing}")
+        hidden = [p for p in paths if p == "/" or p.split("/")[1] in ("tmp", "proc", "dev")]
+        if hidden:
+            raise ValueError(f"readonly_paths {hidden}: / is not allowed, and a candidate's own /tmp, /proc and "
+                             "/dev would hide anything bound under them")
         self.n_workers = max(1, n_workers or os.cpu_count() or 1)
         self.timeout, self.memory_mb, self.max_output_bytes = float(timeout), int(memory_mb), int(max_output_bytes)
         self.python = choose_python(python)
