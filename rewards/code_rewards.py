@@ -17,6 +17,8 @@ Scoring rules:
 * Garbage that extraction rejects scores 0.0 and is counted in ``<prefix>/extract_<reason>_frac``.
 * A sandbox error scores 0.0 (counted in ``<prefix>/sandbox_error_frac``), never None: a broken executor
   shows up in the metrics instead of silently shrinking the batch.
+* The code prompt is the sandbox's trusted code: the tests call the prompt's own helpers (HumanEval/32's
+  ``poly``), so a completion that redefines or rebinds them changes only its own copy.
 """
 
 from __future__ import annotations
@@ -141,8 +143,11 @@ class CodeReward:
 
         return get_sandbox(**self.sandbox_kwargs())
 
-    def _task(self, program: str, test: str, entry_point: str | None) -> dict[str, Any]:
-        return {"program": program, "tests": test, "entry_point": entry_point}
+    def _task(self, program: str, test: str, entry_point: str | None, code_prompt: str | None) -> dict[str, Any]:
+        task = {"program": program, "tests": test, "entry_point": entry_point}
+        if code_prompt:  # the tests see the prompt's own helpers (HumanEval's poly), never the completion's
+            task["trusted_code"] = code_prompt
+        return task
 
     # ---- one batch ---------------------------------------------------------------------------------------
     def _prepare(
@@ -178,7 +183,7 @@ class CodeReward:
             batch.extractions.append(ex)
             if ex.ok and self.needs_sandbox:
                 batch.task_rows.append(i)
-                batch.tasks.append(self._task(ex.code, tests[i], entries[i]))
+                batch.tasks.append(self._task(ex.code, tests[i], entries[i], cp))
         return batch
 
     def _scorable(self, test: Any, entry_point: Any) -> bool:

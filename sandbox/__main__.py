@@ -2,7 +2,7 @@
 [--timeout S] [--k 1,10,100]``.
 
 Reads rows with ``task_id`` and ``completion``, runs ``prompt + completion`` against each problem's tests in the
-sandbox, writes ``SAMPLES.jsonl_results.jsonl`` (every input row plus ``passed``, ``result`` = the status, and
+sandbox (the prompt is also the trusted code the tests see, so a completion cannot redefine its helpers), writes ``SAMPLES.jsonl_results.jsonl`` (every input row plus ``passed``, ``result`` = the status, and
 ``message``) and prints pass@k. A bad row (unknown task id, not JSON, not UTF-8, NUL bytes, oversize) gets a
 clear status on its own row; it never stops the run.
 """
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             p = problems[task_id]
             tasks.append({"program": p["prompt"] + completion, "tests": p["test"], "entry_point": p["entry_point"],
-                          "mode": args.mode})
+                          "mode": args.mode, "trusted_code": p["prompt"]})  # the tests see the prompt's helpers
             where.append(i)
 
     with Sandbox(n_workers=args.n_workers, timeout=args.timeout) as sandbox:

@@ -65,7 +65,7 @@ def test_only_extracted_scorable_rows_reach_the_sandbox() -> None:
         test=[TEST, TEST, None],
     )
     assert out == [1.0, 0.0, None]
-    assert box.tasks == [{"program": PROMPT + "    return x\n", "tests": TEST, "entry_point": "f"}]
+    assert box.tasks == [{"program": PROMPT + "    return x\n", "tests": TEST, "entry_point": "f", "trusted_code": PROMPT}]
     assert m["_extra"]["r/status"] == ["passed", "extract_no_code", "no_test"]
 
 

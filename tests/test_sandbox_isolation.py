@@ -301,3 +301,23 @@ def test_decoding_is_bounded_in_hash_collisions_items_and_depth():
             zygote.decode_value(bad)
     with pytest.raises(TimeoutError):  # past the task's deadline, within DECODE_CLOCK_EVERY items
         zygote.decode_value(["l"] + [0] * 10_000, deadline=time.monotonic() - 1)
+
+
+# ---- the callers pass the prompt as trusted code --------------------------------------------------------------
+REBIND_POLY = "    global poly\n    poly = lambda xs, x: 0.0\n    return 0.0\n"
+
+
+def test_rewards_and_the_metric_module_pass_the_prompt_as_trusted_code(sb, problems):
+    import evaluate
+
+    import rewards
+
+    p = problems["HumanEval/32"]
+    reward = rewards.make_unit_test_reward(sandbox=sb)
+    scores = reward.score(prompts=[p["prompt"]] * 2, completions=[p["canonical_solution"], REBIND_POLY],
+                          test=[p["test"]] * 2, entry_point=["find_zero"] * 2, code_prompt=[p["prompt"]] * 2)
+    assert scores == [1.0, 0.0]
+    metric = evaluate.load(str(Path(__file__).resolve().parents[1] / "experiments" / "metrics" / "pass_at_k"))
+    programs = [[p["prompt"] + p["canonical_solution"], p["prompt"] + REBIND_POLY]]
+    assert metric.compute(predictions=programs, references=[p["test"]], entry_point="find_zero", k=[1],
+                          trusted_code=[p["prompt"]]) == {"pass@1": 0.5}

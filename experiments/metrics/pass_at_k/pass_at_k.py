@@ -45,6 +45,9 @@ Args:
     timeout: seconds per candidate (default 3.0).
     memory_mb: address-space cap per candidate in MiB (default 1024).
     num_workers: sandbox worker processes (default: the sandbox's choice).
+    trusted_code: optional, one string per problem (e.g. the HumanEval prompt): run on the sandbox's trusted side
+        into the tests' namespace, so the tests call its helpers (HumanEval/32's `poly`), never a candidate's
+        redefinition of them.
 Returns:
     dict: "pass@k" -> float for each computable k.
 Examples:
@@ -82,7 +85,7 @@ class PassAtK(evaluate.Metric):
         )
 
     def _compute(self, predictions, references, k=(1, 10), entry_point=None, timeout=3.0, memory_mb=1024,
-                 num_workers=None):  # fmt: skip
+                 num_workers=None, trusted_code=None):  # fmt: skip
         import sandbox  # lazy: evaluate checks only top-level imports when it loads this file
 
         if isinstance(entry_point, str) or entry_point is None:
@@ -92,11 +95,15 @@ class PassAtK(evaluate.Metric):
             if len(entry_points) != len(references):
                 raise ValueError(f"{len(entry_points)} entry points for {len(references)} problems")
         ks = [k] if isinstance(k, int) else list(k)
+        trusted = [None] * len(references) if trusted_code is None else list(trusted_code)
+        if len(trusted) != len(references):
+            raise ValueError(f"{len(trusted)} trusted_code entries for {len(references)} problems")
 
         tasks, owner = [], []
         for i, (candidates, test) in enumerate(zip(predictions, references)):
             for program in candidates:
-                tasks.append({"program": program, "tests": test, "entry_point": entry_points[i]})
+                tasks.append({"program": program, "tests": test, "entry_point": entry_points[i],
+                              "trusted_code": trusted[i]})
                 owner.append(i)
         kwargs = {"timeout": float(timeout), "memory_mb": int(memory_mb)}
         if num_workers is not None:
