@@ -2,46 +2,68 @@
 
     from sandbox import Sandbox
     with Sandbox(timeout=3.0) as sb:
-        result = sb.run(prompt + completion, tests, entry_point)   # Result(status=..., passed=..., ...)
+        result = sb.run(prompt + completion, tests, entry_point, trusted_code=prompt)   # Result(status=...)
 
 Design. One small zygote (``python -I -S``, stdlib only, never torch/CUDA) per worker slot, started with
-fork+exec and pinned to one CPU. Once per zygote it enters a private network namespace (no interface up: no
-network, not even loopback) and a private mount namespace, and compiles a seccomp filter. A spawner process
-forked from it (before it ever sees a test) keeps one candidate process forked and set up ahead of time; each
-task gets a fresh one, killed and reaped afterwards. The tests run in the zygote (the "judge"); the candidate
-only loads the program and answers calls. See ``_zygote.py`` for the processes and ``executor.py`` for the
-pool.
+fork+exec and pinned to one CPU. It enters a private network namespace once; the tests (the "judge") run there.
+A spawner forked from it (before it ever sees a test) builds, once, the candidates' root and keeps one
+candidate forked and set up ahead of time: each task gets a fresh one, in namespaces of its own, killed and
+reaped afterwards. The candidate only loads the program and answers calls. See ``_zygote.py`` for the
+processes and ``executor.py`` for the pool.
 
 Threat model: what is defended
 ------------------------------
 Against a program that wants to harm the host or fake a pass (a model that learned reward hacking):
 
-* **Forged verdicts.** In the default ``rpc`` mode the tests never run in the candidate's interpreter: names
-  the tests use but do not define resolve to proxies; a call sends JSON of exact builtin types (int, float,
-  str, bool, None, list, tuple, dict, set, frozenset, bytes, complex; no pickle, no subclasses) to the candidate
-  and gets the return value back the same way. So ``sys.exit(0)``, ``os._exit``, ``SystemExit``, atexit and
-  ``__del__`` exits (the candidate died: ``early_exit``), fake "passed" prints, ``__eq__``-always-True objects
-  (not plain data: ``unencodable_value``), patched builtins, ``sys.settrace``, reading the caller's frame or
-  walking the stack (the tests are in another process), and reading the tests from memory (candidates are
-  forked from a spawner that never held a test) all fail. ``passed`` means every assert unit ran and held.
-* **Host damage.** Each program runs in its own process, never the trainer's, SIGKILLed with its process
-  group at a wall-clock deadline (a CPU limit alone never fires on a sleeping process) and reaped. rlimits:
-  address space (``memory_mb``), CPU (``ceil(timeout) + 1`` s), file size 16 MiB, 64 fds, no core, no new
-  processes (RLIMIT_NPROC = 0; as root it is not enforced, so candidates never run as root: two uids per
-  slot from 61000, ``uid_base``).
-  No network (network namespace; seccomp also refuses non-AF_UNIX sockets). No writes outside a private
-  scratch directory (mount namespace: an empty read-only tmpfs over /tmp, /var/tmp, /dev/shm, /run/lock; the
-  scratch is a size-limited tmpfs, removed after each task). HumanEval's data and the HF cache are hidden.
-  seccomp refuses execve, ptrace, process_vm_*, mount, unshare, setns, bpf, io_uring, kexec, module
-  loading, keyctl, and signals to anything but the program's own process group. stdin is /dev/null, stdout
-  and stderr are read with a size cap, and the environment holds only PATH and LANG (no HF_TOKEN,
-  WANDB_API_KEY...). Workers exit when their owner does, even when it is SIGKILLed (stdin EOF, then
-  PR_SET_PDEATHSIG down the tree). After a completed task the candidate is reaped while its result travels
-  back (milliseconds), before the worker takes the next task.
+* **Forged verdicts.** In the default ``rpc`` mode the tests never run in the candidate's interpreter: a call
+  sends JSON of exact builtin types (int, float, str, bool, None, list, tuple, dict, set, frozenset, bytes,
+  complex; no pickle, no subclasses) to the candidate and gets the return value back the same way. So
+  ``sys.exit(0)``, ``os._exit``, ``SystemExit``, atexit and ``__del__`` exits (the candidate died:
+  ``early_exit``), fake "passed" prints, ``__eq__``-always-True objects (not plain data: ``unencodable_value``),
+  patched builtins, ``sys.settrace``, reading the caller's frame or walking the stack (the tests are in another
+  process), and reading the tests from memory (candidates are forked from a spawner that never held a test) all
+  fail. ``passed`` means every assert unit ran and held.
+* **Helpers taken from the candidate.** ``trusted_code`` (the dataset prompt; the rewards, the CLI and the
+  metric module pass it) runs in the judge into the tests' namespace: a helper the tests call (HumanEval/32's
+  ``poly``, /38's ``encode_cyclic``, /50's ``encode_shift``) is the prompt's own, so a completion that rebinds,
+  redefines or wraps it changes only its copy. The entry point, and names the trusted code does not define, are
+  the candidate's. Trusted code that cannot run in the judge (an import it lacks) is a ``sandbox_error``.
+* **Forged or hostile replies.** A candidate's frames are JSON without objects; a ``{`` is a protocol
+  violation, so the judge's parser never builds a dict from them. Decoding is bounded in bytes (16 MiB), items
+  (1M), depth (100) and hash work, and watches the task's deadline: sets and dicts are built only after
+  counting equal hashes (the candidate shares the judge's hash secret and can craft collisions).
+* **Seeing the host.** Each candidate runs in its own root: a read-only tmpfs (``pivot_root``) holding only the
+  interpreter's standard library (site-packages/dist-packages covered), the shared libraries its extension
+  modules still need, ``/etc/ld.so.cache``, a ``/dev`` with null, zero and a read-only urandom (no pts, no ptmx,
+  no GPU nodes), its own ``/proc`` and a scratch ``/tmp``. No home directories, checkouts, caches, datasets,
+  ``/srv``, ``/opt``, ``/mnt``. More only through ``Sandbox(readonly_paths=[...])``.
+* **Tasks talking to tasks, leftovers.** Each candidate is PID 1 of its own PID namespace (whatever it starts
+  dies with it; it can name no other process), has its own IPC namespace (SysV and POSIX IPC die with it;
+  seccomp refuses them anyway) and mount namespace, and a fresh tmpfs ``/tmp`` limited in size (64 MiB) and
+  inodes (4,096), discarded with the namespace and never walked. flock, record locks, inotify and leases are
+  refused (the root's files are the host's inodes). The next task never depends on what the previous did.
+* **Host damage.** Each program runs in its own process, never the trainer's, SIGKILLed at a wall-clock
+  deadline (a CPU limit alone never fires on a sleeping process) and reaped. rlimits: address space
+  (``memory_mb``), CPU (``ceil(timeout) + 1`` s), file size 16 MiB, 64 fds, no core, no locked memory, no
+  POSIX queue bytes, no new processes (RLIMIT_NPROC = 0; it does not bind root, so candidates never run as
+  root: two uids per slot, claimed host-wide so that two pools never share one). No network (network
+  namespace; seccomp also refuses non-AF_UNIX sockets). seccomp refuses exec, ptrace, process_vm_*, other
+  namespaces and mounts, bpf, io_uring, kexec, modules, keyctl, signals to anything but its own process group,
+  fcntl(F_SETOWN/F_SETSIG), SysV/POSIX IPC and moving itself off its CPU or memory node. stdin is /dev/null,
+  stdout and stderr are read with a size cap, and the environment holds only PATH and LANG. The owner, judge,
+  spawner and candidates are non-dumpable (no ptrace, no /proc/<pid>/mem even for the same uid). Workers exit
+  when their owner does, even when it is SIGKILLed (stdin EOF, then PR_SET_PDEATHSIG down the tree).
 
-Where a layer is unavailable (not root: a user namespace is tried; no user namespaces; no libseccomp), the
-sandbox degrades, logs once which layers are active (``Sandbox.layers``, observed by a probe program in a
-real candidate), and never claims isolation it lacks.
+``Sandbox.layers`` reports each layer as a probe program observed it in a real candidate.
+
+Without root
+------------
+The zygote enters a user namespace, which gives every namespace, the own root and the scratch tmpfs; the
+candidate drops the namespace's capabilities. What it cannot give is a uid of the candidate's own
+(``separate_uid`` and ``unique_uids`` are False): candidates run as the owner's uid. Namespaces keep them away
+from the owner's processes and files, but per-user kernel quotas (processes, pipe buffers) are shared with the
+owner, and an escape from the namespaces or seccomp would hold the owner's privileges. Without user namespaces
+(or with ``disable=[...]``) the missing layers are reported and logged, never claimed.
 
 What is not defended
 --------------------
@@ -50,14 +72,15 @@ What is not defended
   gVisor, a microVM (Firecracker, E2B) or nsjail/bubblewrap; the per-task cost stays the fork.
 * **Exec mode** (``mode="exec"``, for whole programs and stdin/stdout tasks, or tests that cannot cross a
   process boundary) runs program and tests in one interpreter. Its verdict is a per-task nonce written only
-  after the tests return, which stops exit-status tricks and fake prints, but in-process tricks (``__eq__``,
-  patched builtins, ``sys.settrace``, stack walks that find the nonce) can beat it. Prefer rpc mode.
-* **The tests must be trusted.** They run in the judge, as root when the trainer is root (without network).
-  rpc mode also cannot see argument mutation, object identity, generators or callables passed to the candidate
-  (a test that passes one is reported as ``sandbox_error``: run it with ``mode="exec"``).
-* World-readable files stay readable (outside the hidden directories), filesystem AF_UNIX sockets stay
-  reachable where their permissions allow, CPU time is shared with the host (no cgroup), and side channels
-  (timing, /proc of other processes' command lines) are out of scope.
+  after the tests return, which stops exit-status tricks and fake prints, and the tests see the trusted code's
+  namespace, not the program's globals; but in-process tricks (``__eq__``, patched builtins, ``sys.settrace``,
+  stack walks that find the nonce) can beat it. Prefer rpc mode.
+* **The tests and the trusted code must be trusted.** They run in the judge, as root when the trainer is root
+  (without network). rpc mode also cannot see argument mutation, object identity, generators or callables
+  passed to the candidate (a test that passes one is reported as ``sandbox_error``: run it with
+  ``mode="exec"``).
+* CPU time is shared with the host (no cgroup); the files of the candidate's root are the host's (read-only);
+  side channels (timing, the page cache) are out of scope.
 """
 
 from .executor import Result, Sandbox, Status, arun_batch, get_sandbox, run, run_batch

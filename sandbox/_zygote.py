@@ -368,30 +368,39 @@ def build_seccomp():
 UNSUPPORTED_EXTENSIONS = ("_tkinter", "_curses", "_curses_panel", "readline", "_dbm", "_gdbm", "nis")
 
 
-def loaded_files():
+def extension_modules(extra_paths):
+    """The .so files of the standard library's import path (one level) and, recursively, of ``extra_paths``."""
+    for d in stdlib_dirs():
+        for entry in os.scandir(d):
+            if entry.name.endswith(".so") and entry.name.split(".")[0] not in UNSUPPORTED_EXTENSIONS:
+                yield entry.path
+    for path in extra_paths:
+        if os.path.isfile(path) and ".so" in os.path.basename(path):
+            yield path
+        for root, _dirs, files in os.walk(path):
+            yield from (os.path.join(root, f) for f in files if f.endswith(".so") or ".so." in f)
+
+
+def loaded_files(extra_paths=()):
     """Shared libraries a candidate's interpreter may still have to open: those that the extension modules
-    of the standard library load and the spawner does not have loaded already (a loaded library is found
-    by its name, without opening a file). Found by loading the modules in a throwaway child. Returns the
-    names as the dynamic loader opened them (to rebuild symlinks such as /lib -> usr/lib or libz.so.1 ->
-    libz.so.1.2.13) and their real paths."""
+    of the standard library and of ``extra_paths`` load and the spawner does not have loaded already (a
+    loaded library is found by its name, without opening a file). Found by loading the modules in a
+    throwaway child. Returns the names as the dynamic loader opened them (to rebuild symlinks such as
+    /lib -> usr/lib or libz.so.1 -> libz.so.1.2.13) and their real paths."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             os.close(r)
             before_names, before_mapped = dynamic_objects()
-            for d in stdlib_dirs():
-                for entry in os.scandir(d):
-                    if entry.name.split(".")[0] in UNSUPPORTED_EXTENSIONS:
-                        continue
-                    if entry.name.endswith(".so") and entry.is_file():
-                        try:
-                            ctypes.CDLL(entry.path, os.RTLD_LAZY | os.RTLD_LOCAL)
-                        except OSError:
-                            pass  # a missing dependency: the candidate cannot import it either
-            names, mapped = dynamic_objects()
-            names = [n for n in names if n not in before_names and not n.startswith(tuple(stdlib_dirs()))]
-            mapped = [m for m in mapped if m not in before_mapped and not m.startswith(tuple(stdlib_dirs()))]
+            for path in extension_modules(extra_paths):
+                try:
+                    ctypes.CDLL(path, os.RTLD_LAZY | os.RTLD_LOCAL)
+                except OSError:
+                    pass  # a missing dependency: the candidate cannot import it either
+            names, mapped = dynamic_objects()  # the modules themselves are visible already: add() skips them
+            names = [n for n in names if n not in before_names]
+            mapped = [m for m in mapped if m not in before_mapped]
             write_all(w, json.dumps([names, mapped]).encode())
         finally:
             os._exit(0)
@@ -403,7 +412,7 @@ def loaded_files():
     os.waitpid(pid, 0)
     names, mapped = json.loads(data)
     keep = [p for p in names + mapped if p.startswith("/") and not p.startswith(("/proc/", "/dev/", "/tmp/"))
-            and "(deleted)" not in p and os.path.isfile(p) and "-packages/" not in p]
+            and "(deleted)" not in p and os.path.isfile(p)]
     return sorted(set(keep))
 
 
@@ -440,22 +449,26 @@ class RootBuilder:
     the way (``/lib -> usr/lib``) are recreated, so that a path the dynamic loader caches still resolves."""
 
     def __init__(self, root):
-        self.root, self.bound = root, []
+        self.root, self.bound, self.covered = root, [], []
 
     def visible(self, path):
-        return any(path == b or path.startswith(b + "/") for b in self.bound)
+        """Whether ``path`` is already there: under a bound path, and not under an (empty) cover below it."""
+        def depth(prefixes):
+            return max((len(b) for b in prefixes if path == b or path.startswith(b + "/")), default=-1)
+
+        return depth(self.bound) > depth(self.covered)
 
     def add(self, path, hops=0):
         """Make ``path`` resolve inside the root; returns the real path bound (or None if not there)."""
         if hops > 40:
             return None
         path = os.path.normpath(path)
+        if self.visible(path):
+            return os.path.realpath(path)
         cur = ""
         parts = path.strip("/").split("/")
         for i, name in enumerate(parts):
             host = cur + "/" + name
-            if self.visible(host):
-                return os.path.realpath(path)
             try:
                 st = os.lstat(host)
             except OSError:
@@ -493,9 +506,14 @@ class RootBuilder:
         self.bound.append(host)
 
     def cover(self, host):
-        """An empty read-only directory over ``host`` (site-packages inside a bound standard library)."""
-        mount("tmpfs", self.root + host, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-              "size=4k,nr_inodes=2,mode=0555")
+        """An empty directory over ``host`` (site-packages inside a bound standard library); writable until
+        ``finish`` so that a path under it may still be added."""
+        mount("tmpfs", self.root + host, "tmpfs", MS_NOSUID | MS_NODEV, "size=16k,nr_inodes=64,mode=0755")
+        self.covered.append(host)
+
+    def finish(self):
+        for host in self.covered:
+            mount(None, self.root + host, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
 DEV_NODES = {"null": (1, 3, 0o666), "zero": (1, 5, 0o666), "urandom": (1, 9, 0o444)}  # urandom: read-only
@@ -515,10 +533,11 @@ def build_root(extra_paths):
             for name in ("site-packages", "dist-packages"):
                 if os.path.isdir(os.path.join(real, name)):
                     builder.cover(os.path.join(real, name))
-    for path in loaded_files() + ["/etc/ld.so.cache"]:
-        builder.add(path)
     for path in extra_paths:
         builder.add(path)
+    for path in loaded_files(extra_paths) + ["/etc/ld.so.cache"]:
+        builder.add(path)  # a library inside an extra path is visible already
+    builder.finish()
     # /dev on its own tmpfs: three device nodes (made here when we may mknod, else bound from the host) and
     # the usual links into /proc; no pts, no ptmx, no shm, no GPU nodes.
     os.mkdir(root + "/dev", 0o755)

@@ -125,6 +125,12 @@ def test_readonly_paths_make_a_package_importable(problems):
         import shutil
 
         shutil.rmtree(pkg_root)
+    numpy = pytest.importorskip("numpy")
+    with Sandbox(n_workers=1, uid_base=UID_BASE + 4, readonly_paths=[os.path.dirname(numpy.__file__)],
+                 timeout=20) as s:  # a package with extension modules and bundled libraries
+        program = "import numpy as np\n\ndef total(n):\n    return float(np.arange(n).sum())\n"
+        assert s.run(program, "def check(c):\n    assert c(10) == 45.0\n", "total",
+                     trusted_code="import numpy as np\n").passed
     with pytest.raises(ValueError, match="readonly_paths"):
         Sandbox(readonly_paths=["/no/such/path"])
     with pytest.raises(ValueError, match="readonly_paths"):
