@@ -195,6 +195,36 @@ def test_per_assert_counts(sb):
     assert (r.status, r.asserts_passed, r.asserts_total) == (Status.RUNTIME_ERROR, 3, 4)
 
 
+def test_calls_sent_ahead_behave_like_live_calls(sb):
+    """The leading literal asserts' calls go with the task (one wake-up); the candidate sees the same calls in
+    the same order, and a hang or an exit halfway gives the same partial counts as call-by-call."""
+    from sandbox import _zygote
+
+    counter = "n = 0\n\ndef f(x):\n    global n\n    n += 1\n    return (x, n)\n"
+    tests = textwrap.dedent("""
+        def check(candidate):
+            assert candidate(5) == (5, 1)
+            assert True, "calls nothing: skipped"
+            assert candidate(x=6) == (6, 2), "literal message"
+            assert not candidate(7) == (7, 0)
+            for i in range(2):                   # not literal: the rest are live calls
+                assert candidate(i) == (i, 4 + i)
+            assert candidate(9) == (9, 6)
+    """)
+    assert len(_zygote.prepare_tests(tests)[3]) == 3  # three calls sent ahead
+    r = sb.run(counter, tests, "f")
+    assert (r.status, r.asserts_passed, r.asserts_total) == (Status.PASSED, 6, 6), r
+    straight = "def check(candidate):\n" + "".join(f"    assert candidate({i}) == {i}\n" for i in range(5))
+    hang = "def f(x):\n    while x == 2:\n        pass\n    return x\n"
+    r = sb.run(hang, straight, "f", timeout=1.0)
+    assert (r.status, r.asserts_passed, r.asserts_total) == (Status.TIMEOUT, 2, 5), r
+    leave = "import os\n\ndef f(x):\n    if x == 3:\n        os._exit(0)\n    return x\n"
+    r = sb.run(leave, straight, "f")
+    assert (r.status, r.asserts_passed) == (Status.RUNTIME_ERROR, 3) and "early_exit" in r.flags, r
+    # Loading tests (or trusted code) that call something: nothing is sent ahead.
+    assert _zygote.prepare_tests("X = len('ab')\n" + straight)[3] == []
+
+
 def test_module_level_asserts_and_prompt_helpers(sb):
     program = "def double(x):\n    return 2 * x\n\ndef quad(x):\n    return double(double(x))\n"
     tests = "assert quad(1) == 4\nassert double(quad(1)) == 8\nassert quad(2) == 9\n"
