@@ -316,8 +316,39 @@ class SockFprog(ctypes.Structure):
 
 
 def build_seccomp():
-    """Compile the filter with libseccomp and export it as BPF; returns a function that installs it in the
-    calling process with two prctl calls."""
+    """Compile the filter with libseccomp in a throwaway child (so that neither the judge nor the spawner maps
+    the library: one more thing every fork would copy) and export it as BPF; returns a function that installs
+    it in the calling process with two prctl calls."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.close(r)
+            write_all(w, compile_seccomp())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(w)
+    bpf = b""
+    while chunk := os.read(r, 1 << 16):
+        bpf += chunk
+    os.close(r)
+    if os.waitpid(pid, 0)[1] != 0 or not bpf or len(bpf) % 8:
+        raise OSError("libseccomp could not compile the filter")
+    buf = ctypes.create_string_buffer(bpf, len(bpf))
+    prog = SockFprog(len(bpf) // 8, ctypes.addressof(buf))
+
+    def load():
+        _check(prctl(PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
+        _check(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog)), "seccomp")
+
+    load.keep = (buf, prog)  # alive as long as the loader
+    return load
+
+
+def compile_seccomp():
+    """The filter as BPF bytes, compiled by libseccomp."""
     lib = ctypes.CDLL("libseccomp.so.2")
     lib.seccomp_init.restype = ctypes.c_void_p
     lib.seccomp_init.argtypes = [ctypes.c_uint32]
@@ -348,29 +379,18 @@ def build_seccomp():
     rule("mount", ArgCmp(3, ne, MOUNT_FLAGS, 0))
     for cmd in FCNTL_DENY:
         rule("fcntl", ArgCmp(1, eq, cmd, 0))
-    r, w = os.pipe()
+    fd = os.memfd_create("passk-seccomp")
     try:
-        if lib.seccomp_export_bpf(ctx, w) != 0:
+        if lib.seccomp_export_bpf(ctx, fd) != 0:
             raise OSError("seccomp_export_bpf failed")
-        os.close(w)
-        w = -1
+        os.lseek(fd, 0, os.SEEK_SET)
         bpf = b""
-        while chunk := os.read(r, 1 << 16):
+        while chunk := os.read(fd, 1 << 16):
             bpf += chunk
     finally:
-        os.close(r)
-        if w >= 0:
-            os.close(w)
+        os.close(fd)
         lib.seccomp_release(ctx)
-    buf = ctypes.create_string_buffer(bpf, len(bpf))
-    prog = SockFprog(len(bpf) // 8, ctypes.addressof(buf))
-
-    def load():
-        _check(prctl(PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
-        _check(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog)), "seccomp")
-
-    load.keep = (buf, prog)  # alive as long as the loader
-    return load
+    return bpf
 
 
 # ---- the candidates' root, built once by the spawner ----------------------------------------------------

@@ -45,6 +45,8 @@ UID_BASE = 61000  # slot i runs its candidates as uids base + 2i and base + 2i +
 UIDS_PER_LOCAL_RANK = 256  # accelerate/torchrun ranks on one node start from disjoint uid ranges
 UID_CLAIM_TRIES = 512  # ranges tried upwards when the preferred one is held by another pool
 IN_FLIGHT = 4  # tasks queued at one zygote: it takes the next one without waiting for the owner
+REFILL = 2  # a worker is topped up when this many of its tasks are done: two or more tasks per frame
+CHECK_EVERY = 0.25  # seconds between looks for dead or hung workers
 GRACE = 10.0  # seconds a zygote may take beyond a task's timeout before it is declared dead
 START_TIMEOUT = 60.0  # seconds for a zygote to build its root, run the probe and say hello
 START_FAILURES = 3  # consecutive failed starts after which a worker slot is given up
@@ -167,8 +169,12 @@ def _report_layers(layers: dict[str, bool], python: str) -> None:
         log.info("sandbox: all isolation layers active: %s (python %s)", ", ".join(layers), python)
 
 
+_dumps = json.JSONEncoder(separators=(",", ":")).encode  # built once, not at every call
+_loads = json.JSONDecoder().decode
+
+
 def _frame(obj: Any) -> bytes:
-    data = json.dumps(obj, separators=(",", ":")).encode()
+    data = _dumps(obj).encode()
     return struct.pack(">I", len(data)) + data
 
 
@@ -217,28 +223,25 @@ class _Worker:
         return self.proc.stdin.fileno()  # type: ignore[union-attr]
 
     def read(self) -> list[dict[str, Any]] | None:
-        """Frames that arrived; None when the zygote closed its end (it died)."""
-        eof = False
-        while True:
-            try:
-                data = os.read(self.rfd, 1 << 20)
-            except BlockingIOError:
-                break
-            except OSError:
-                eof = True
-                break
-            if not data:
-                eof = True
-                break
-            self.inbuf += data
+        """Frames that arrived (one read: the selector said there is something); None when the zygote closed
+        its end (it died)."""
+        try:
+            data = os.read(self.rfd, 1 << 20)
+        except BlockingIOError:
+            return []
+        except OSError:
+            data = b""
+        if not data:
+            return None
+        self.inbuf += data
         frames = []
         while len(self.inbuf) >= 4:
-            (n,) = struct.unpack(">I", self.inbuf[:4])
+            (n,) = struct.unpack_from(">I", self.inbuf)
             if len(self.inbuf) < 4 + n:
                 break
-            frames.append(json.loads(self.inbuf[4 : 4 + n]))
+            frames.append(_loads(self.inbuf[4 : 4 + n].decode()))
             del self.inbuf[: 4 + n]
-        return None if eof and not frames else frames
+        return frames
 
     def flush(self) -> None:
         """Write what the pipe takes now; the rest waits for EVENT_WRITE."""
@@ -357,10 +360,14 @@ class _Pool:
         sel.register(self.wake_r, selectors.EVENT_READ, None)
         for w in self.workers:
             sel.register(w.rfd, selectors.EVENT_READ, w)
+        next_check = 0.0
         try:
             while not self.closed:
                 self._dispatch(sel)
-                for key, mask in sel.select(self._timeout()):
+                timeout = self._timeout()
+                if timeout is not None:  # timing is looked at every CHECK_EVERY at most
+                    timeout = max(timeout, next_check - time.monotonic())
+                for key, mask in sel.select(timeout):
                     w = key.data
                     if w is None:
                         self._drain_wake()
@@ -373,7 +380,9 @@ class _Pool:
                         w.flush()
                         if not w.outbuf:
                             sel.unregister(w.wfd)
-                self._check_time(sel)
+                if time.monotonic() >= next_check:
+                    self._check_time(sel)
+                    next_check = time.monotonic() + CHECK_EVERY
         except BaseException as e:  # never leave futures hanging
             log.exception("sandbox: the I/O thread failed")
             self._fail_all(f"the sandbox's I/O thread failed: {type(e).__name__}: {e}")
@@ -382,18 +391,20 @@ class _Pool:
             self._shutdown()
 
     def _drain_wake(self) -> None:
-        with self.lock:
-            self.woken = False
+        # Drain first, then clear the flag: a task submitted in between then writes a byte of its own (or, if
+        # it saw the flag still set, is queued already and the dispatch that follows takes it).
         try:
             while os.read(self.wake_r, 4096):
                 pass
         except BlockingIOError:
             pass
+        with self.lock:
+            self.woken = False
 
     def _dispatch(self, sel: selectors.BaseSelector) -> None:
-        """Top every ready worker up to IN_FLIGHT tasks, in one frame each."""
+        """Top every ready worker up to IN_FLIGHT tasks, in one frame each, once REFILL of its tasks are done."""
         for w in self.workers:
-            if not w.ready or len(w.inflight) >= IN_FLIGHT:
+            if not w.ready or len(w.inflight) > IN_FLIGHT - REFILL:
                 continue
             batch = []
             with self.lock:

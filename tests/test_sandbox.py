@@ -415,6 +415,25 @@ def test_a_thousand_runs_leave_no_zombie_and_no_fd_growth(sb):
     assert all(state != "Z" for _, state in proc_states(os.getpid()))
 
 
+def test_no_task_is_lost_between_threads(sb):
+    """Several threads submit one task at a time to a mostly idle pool: every submission must wake the I/O
+    thread (a lost wake-up leaves a future pending forever; here it fails on the time limit instead)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one_by_one(k: int) -> list[bool]:
+        out = []
+        for i in range(60):
+            program = ADD if (i + k) % 4 else "def add(x, y):\n    return 0\n"
+            out.append(sb.submit(program, ADD_TESTS, "add").result(timeout=60).passed)
+            if i % 10 == 0:
+                time.sleep(0.01)  # let the pool go idle now and then
+        return out
+
+    with ThreadPoolExecutor(4) as ex:
+        results = list(ex.map(one_by_one, range(4)))
+    assert results == [[bool((i + k) % 4) for i in range(60)] for k in range(4)]
+
+
 def test_async_api(sb):
     async def main():
         one = await sb.arun(ADD, ADD_TESTS, "add")
