@@ -1,27 +1,31 @@
 """Zygote worker of the passk sandbox. Stdlib only, never imports the package; started by the owner as
-``python -I -S -c "...import _zygote; _zygote.main(CONFIG_JSON)"`` with a minimal environment (imported, not run
-as a script: a script is compiled at every start, which leaves ~4 MB more heap in every fork). One zygote per worker slot, pinned to one
-CPU with everything it forks (the three processes below hand work to each other at every call).
+``python -I -S -c "...import _zygote; _zygote.run(CONFIG_JSON)"`` with a minimal environment (imported, not
+run as a script: a script is compiled at every start, which leaves ~4 MB more heap in every fork). One zygote
+per worker slot, pinned to one CPU with everything it forks (the three processes below hand work to each
+other at every call).
 
 Processes of one slot:
 
 * **judge** (this process; root when the owner is root): enters a private network namespace (and a user
   namespace when not root), then loops: tasks in on fd 3, results out on fd 4, each frame a 4-byte
   big-endian length + JSON. Runs the *trusted* code (the dataset prompt and the tests); the candidate is
-  reached only through ``RemoteFunction`` proxies that move plain tagged JSON. Exits on EOF of fd 3, i.e.
+  reached only through ``RemoteFunction`` proxies that move plain tagged JSON. The calls a test is certain to
+  make first (its leading ``assert candidate(<literals>) == <literal>`` statements) are sent with the task
+  and answered in order: the same calls, one wake-up instead of one per call. Exits on EOF of fd 3, i.e.
   when the owner closes the pool or dies.
 * **spawner**: forked at start-up, before any task, so its memory never holds a test: a candidate forked
   from it cannot find expected values even in freed memory. It is PID 1 of a PID namespace of its own and
   builds, once, the candidates' root: a read-only tmpfs holding only the interpreter's standard library, the
-  shared libraries it and its extension modules load, a minimal /dev and mount points for /proc and /tmp
-  (``build_root``). It keeps one candidate forked and set up ahead of time; the judge takes it over a socket
-  (its pipes and a pidfd passed with SCM_RIGHTS), and the spawner forks the next while the task runs.
+  shared libraries its extension modules load, a minimal /dev and mount points for /proc and /tmp
+  (``build_root``); then it attaches the seccomp filter that every candidate inherits. It keeps one
+  candidate forked and set up ahead of time; the judge takes it over a socket (its pipes and a pidfd passed
+  with SCM_RIGHTS), and the spawner forks the next while the task runs.
 * **candidate**: one per task, PID 1 of its own PID namespace (the kernel kills whatever it leaves when it
   dies) with its own IPC and mount namespaces, a /proc of its own, and a fresh size- and inode-limited
-  tmpfs as /tmp and working directory, discarded with the namespace (never walked). Then rlimits, its own
-  uid, seccomp; it reads the task, lowers RLIMIT_AS/RLIMIT_CPU to the task's, runs the untrusted program and
-  serves calls (rpc mode), or runs trusted code + program + tests and writes the per-task nonce at the end
-  (exec mode).
+  tmpfs as /tmp and working directory, discarded with the namespace (never walked). Then rlimits and its own
+  uid; it reads the task, lowers RLIMIT_AS/RLIMIT_CPU to the task's, runs the untrusted program and serves
+  calls (rpc mode), or runs trusted code + program + tests and writes the per-task nonce at the end (exec
+  mode).
 
 Every limit below says what it protects, codejail-style.
 """
@@ -798,7 +802,9 @@ def spawner_main(sock, uids, layers, pid_ns):
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         if pid_ns >= 0:
-            unshare(CLONE_NEWPID)  # the next child is PID 1 of a new namespace
+            # The next child is PID 1 of a new namespace; setns() below makes the one after it possible.
+            # Measured: no dearer than a plain fork; an intermediate fork would cost a whole fork and exit.
+            unshare(CLONE_NEWPID)
         pid = os.fork()
         if pid == 0:
             try:
@@ -900,7 +906,10 @@ class Spawner:
                     except OSError as e:
                         report["error"] = f"the candidates' root could not be built ({e})"
                         layers["own_root"] = False
-                if not layers["private_ns"]:
+                if not layers["own_root"]:
+                    # Whatever stopped the root (no CAP_SYS_ADMIN over a mount namespace, a container's
+                    # seccomp profile) stops the candidates' own mount and IPC namespaces too.
+                    layers.update(private_ns=False, proc=False)
                     layers["scratch"] = make_shared_scratch(uids)
                 if load_seccomp is not None:
                     load_seccomp()  # inherited by every candidate
@@ -1669,6 +1678,10 @@ def main(config):
             load_seccomp = build_seccomp()
         except OSError as e:
             print(f"passk zygote: no seccomp ({e})", file=sys.stderr)
+    try:
+        os.close(os.pidfd_open(os.getpid()))  # the judge kills candidates through pidfds
+    except (AttributeError, OSError) as e:
+        raise SystemExit(f"passk zygote: the sandbox needs Linux >= 5.3 (pidfd_open): {e}") from None
     layers = isolate(cfg)
     # Not dumpable (after the user namespace's uid map is written: that needs /proc/self owned by us): no
     # ptrace and no /proc/<pid>/mem of the judge (the tests' expected values) or of the spawner, even by a

@@ -121,10 +121,32 @@ class Result:
         return cls(status=status, passed=status is Status.PASSED, message=message, **kw)
 
 
+def _traversable(path: str) -> bool:
+    """Whether every directory above ``path`` lets other users through (o+x)."""
+    return all(os.stat(d).st_mode & 0o001 for d in Path(path).resolve().parents)
+
+
+def _can_make_namespaces() -> bool:
+    """Whether this process has CAP_SYS_ADMIN (bit 21), which the candidates' own root needs as root."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> 21 & 1)
+    return False
+
+
 def choose_python(python: str | None = None) -> str:
     """The workers' interpreter: this one by default. Candidates drop to other uids, but they see its
-    standard library through their own root, where every directory on the way is traversable."""
-    return python or sys.executable
+    standard library through their own root, where every directory on the way is traversable. Without that
+    root (root without CAP_SYS_ADMIN, as in a default container) an interpreter under a directory other users
+    cannot enter (a pyenv in /root) would fail at its first lazy import: then /usr/bin/python3."""
+    if python:
+        return python
+    if (os.geteuid() == 0 and not _can_make_namespaces() and os.path.exists("/usr/bin/python3")
+            and not (_traversable(sys.executable) and _traversable(sys.base_prefix + "/lib"))):
+        log.warning("sandbox: no CAP_SYS_ADMIN for the candidates' own root, and other users cannot reach %s: "
+                    "the workers run /usr/bin/python3 (pass python=... to choose)", sys.executable)
+        return "/usr/bin/python3"
+    return sys.executable
 
 
 def set_non_dumpable() -> bool:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -122,8 +124,6 @@ def test_readonly_paths_make_a_package_importable(problems):
             r = s.run("import passk_extra_pkg\n")
             assert r.status is Status.RUNTIME_ERROR and "ModuleNotFoundError" in r.message
     finally:
-        import shutil
-
         shutil.rmtree(pkg_root)
     numpy = pytest.importorskip("numpy")
     with Sandbox(n_workers=1, uid_base=UID_BASE + 4, readonly_paths=[os.path.dirname(numpy.__file__)],
@@ -327,3 +327,29 @@ def test_rewards_and_the_metric_module_pass_the_prompt_as_trusted_code(sb, probl
     programs = [[p["prompt"] + p["canonical_solution"], p["prompt"] + REBIND_POLY]]
     assert metric.compute(predictions=programs, references=[p["test"]], entry_point="find_zero", k=[1],
                           trusted_code=[p["prompt"]]) == {"pass@1": 0.5}
+
+
+NO_SYS_ADMIN = """
+import json, sys
+sys.path.insert(0, {root!r})
+from sandbox import Sandbox
+with Sandbox(n_workers=1, uid_base={uid_base}) as sb:
+    r = sb.run("import fractions\\ndef add(x, y):\\n    return x + y\\n", "def check(c):\\n    assert c(1, 2) == 3\\n", "add")
+    print(json.dumps({{"layers": sb.layers, "passed": r.passed, "message": r.message}}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("capsh"), reason="needs root and capsh")
+def test_degrades_without_cap_sys_admin():
+    """Root without CAP_SYS_ADMIN (a default container): no namespaces, no own root; the uid drop, rlimits
+    and seccomp remain, the missing layers are reported, and lazy imports still work."""
+    program = NO_SYS_ADMIN.format(root=str(Path(__file__).resolve().parents[1]), uid_base=UID_BASE + 60)
+    proc = subprocess.run(["capsh", "--drop=cap_sys_admin", "--", "-c", f"{sys.executable} -I -c \"$0\"", program],
+                          capture_output=True, text=True, timeout=120, cwd="/")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["passed"], out
+    off = {k for k, v in out["layers"].items() if not v}
+    assert off == {"network_namespace", "own_root", "minimal_dev", "pid_namespace", "ipc_namespace",
+                   "scratch_tmpfs"}, out["layers"]
+    assert "NOT active" in proc.stderr
