@@ -616,6 +616,17 @@ def build_root(extra_paths):
 
 
 # ---- candidate (a child of the spawner) ----------------------------------------------------------------
+def prompt_source(source):
+    """The trusted code to run. A completion-style prompt often ends with the header of the function to write
+    (``def f(x):``, a line ending with ':' is never complete): it gets a ``pass`` body, so that the prompt's
+    other definitions still run (the entry point is the candidate's anyway)."""
+    lines = [line for line in source.splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    if last.rstrip().endswith(":") and not last.lstrip().startswith("#"):
+        return source.rstrip("\n") + "\n" + last[: len(last) - len(last.lstrip())] + "    pass\n"
+    return source
+
+
 def set_name(name):
     prctl(PR_SET_NAME, ctypes.cast(ctypes.c_char_p(name), ctypes.c_void_p).value)  # what ps and top show
 
@@ -710,7 +721,7 @@ def serve():
     if trusted is not None:  # first, so that the program cannot reach into it while it is built
         tests_globals = {"__name__": "__main__", "__builtins__": CandidateNames(g)}
         try:
-            exec(compile(trusted, "<trusted>", "exec"), tests_globals)
+            exec(compile(prompt_source(trusted), "<trusted>", "exec"), tests_globals)
         except BaseException as e:
             _report("trusted", e)
             os._exit(0)
@@ -1375,7 +1386,7 @@ def compile_trusted(source):
     if source not in _trusted:
         if len(_trusted) >= 1024:
             _trusted.clear()
-        tree = ast.parse(source, "<trusted>")
+        tree = ast.parse(prompt_source(source), "<trusted>")
         _trusted[source] = (compile(tree, "<trusted>", "exec"), _calls_at_load(tree))
     return _trusted[source]
 

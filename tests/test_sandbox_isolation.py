@@ -155,6 +155,17 @@ def test_tests_see_the_prompts_helpers_not_the_programs(sb, problems, mode):
 
 
 @pytest.mark.parametrize("mode", ["rpc", "exec"])
+def test_a_prompt_that_ends_with_the_header_to_complete_is_trusted_code_too(sb, mode):
+    """Completion-style prompts often end with ``def f(x):``; its helpers still reach the tests."""
+    prompt = "def double(x):\n    return 2 * x\n\ndef quad(x):\n"
+    completion = "    return double(double(x))\n\ndef double(x):\n    return 0\n"  # redefines the helper, too late
+    tests = "def check(c):\n    assert c(1) == 4\n    assert double(3) == 6\n"
+    assert sb.run(prompt + completion, tests, "quad", mode=mode, trusted_code=prompt).status is Status.FAILED
+    honest = prompt + "    return double(double(x))\n"
+    assert sb.run(honest, tests, "quad", mode=mode, trusted_code=prompt).passed
+
+
+@pytest.mark.parametrize("mode", ["rpc", "exec"])
 def test_trusted_code_that_cannot_run_is_a_sandbox_error(sb, mode):
     r = sb.run(ADD, ADD_TESTS, "add", mode=mode, trusted_code="import passk_no_such_module\n")
     assert r.status is Status.SANDBOX_ERROR, r
