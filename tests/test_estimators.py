@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from experiments.trainers.estimators import (
+    batch_baseline_advantages,
     clipped_value_loss,
     explained_variance,
     group_baseline_advantages,
@@ -137,6 +138,27 @@ def test_group_baseline_matches_the_seed_and_ignores_unscorable_rows():
     assert adv[:4].tolist() == pytest.approx([0.5, -0.5, -0.5, 0.5])
     # Group 2: the NaN row is out of the mean (2/3) and gets advantage 0.
     assert adv[4:].tolist() == pytest.approx([1 / 3, 1 / 3, -2 / 3, 0.0])
+
+
+def test_batch_baseline_is_one_mean_over_the_batch():
+    """The seed's REINFORCE baseline, `rewards.mean()` over the update's batch: one constant for every prompt."""
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, float("nan")])
+    adv = batch_baseline_advantages(rewards)
+    assert adv.tolist() == pytest.approx([4 / 7, -3 / 7, -3 / 7, -3 / 7, 4 / 7, 4 / 7, -3 / 7, 0.0])
+    # It is the group mean only when the batch holds one group; here group 1 (mean 1/4) differs from group 2.
+    assert not torch.allclose(adv, group_baseline_advantages(rewards, 4))
+    assert torch.allclose(batch_baseline_advantages(rewards[:4]), group_baseline_advantages(rewards[:4], 4))
+
+
+def test_token_normalized_loss_is_one_mean_over_the_batchs_tokens():
+    """The seed: loss = sum(-log pi * A * mask) / sum(mask); the per-completion sum differs by B / tokens."""
+    logps = torch.tensor([[-1.0, -2.0, 0.0], [-0.5, -0.5, -0.5]], requires_grad=True)
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    adv = torch.tensor([1.0, -2.0])
+    seed = (-(logps * adv[:, None]) * mask).sum() / mask.sum()
+    assert policy_gradient_loss(logps, adv, mask, num_tokens=mask.sum()).item() == pytest.approx(seed.item())
+    per_sequence = policy_gradient_loss(logps, adv, mask)
+    assert per_sequence.item() == pytest.approx(seed.item() * mask.sum().item() / 2)
 
 
 def test_rloo_skips_unscorable_rows():

@@ -19,9 +19,9 @@ import torch
 
 import rewards
 from experiments.tasks import train_rows
-from experiments.trainers import METHODS, PPOConfig, PPOTrainer, ReinforceConfig, build_config
+from experiments.trainers import METHODS, PPOConfig, PPOTrainer, ReinforceConfig, build_config, config_fields
 from experiments.trainers.estimators import (
-    group_baseline_advantages,
+    batch_baseline_advantages,
     kl_k1,
     masked_gae,
     masked_whiten,
@@ -114,8 +114,8 @@ def capture_rollouts(trainer) -> list[dict]:
     "method, estimator",
     [
         ("vanilla_pg", lambda r, g: r),
-        ("reinforce", lambda r, g: group_baseline_advantages(r, g)),
-        ("reinforce_kl", lambda r, g: group_baseline_advantages(r, g)),
+        ("reinforce", lambda r, g: batch_baseline_advantages(r)),
+        ("reinforce_kl", lambda r, g: batch_baseline_advantages(r)),
         ("reinforce_rloo", lambda r, g: rloo_advantages(r, g, normalize=True)),
     ],
 )
@@ -212,14 +212,19 @@ def test_reinforce_kl_penalty_grows_as_the_policy_moves(tiny_model_dir, tokenize
     "ours, ours_kwargs, trl_method, trl_kwargs, rtol",
     [
         # RLOO's advantage is G/(G-1) times the group-mean one (with the KL folded into the reward the same way,
-        # k1 summed over tokens), and on-policy its sequence-level clipped loss has the REINFORCE gradient.
-        ("reinforce", {}, "rloo", {"beta": 0.0}, 1e-3),
-        ("reinforce_kl", {"kl_coef": 0.05}, "rloo", {"beta": 0.05}, 1e-3),
+        # k1 summed over tokens), and on-policy its sequence-level clipped loss has the REINFORCE gradient. This is
+        # why the `reinforce` and `reinforce_kl` rows use the seed's batch mean instead (METHODS docstring).
+        ("reinforce", {"baseline": "group_mean"}, "rloo", {"beta": 0.0}, 1e-3),
+        ("reinforce_kl", {"baseline": "group_mean", "kl_coef": 0.05}, "rloo", {"beta": 0.05}, 1e-3),
         # GRPO's dr_grpo loss sums tokens and divides by a constant; without std scaling its advantage is ours.
-        ("reinforce", {}, "grpo", {"loss_type": "dr_grpo", "scale_rewards": "none"}, 1e-3),
+        ("reinforce", {"baseline": "group_mean"}, "grpo",
+         {"loss_type": "dr_grpo", "scale_rewards": "none", "beta": 0.0}, 1e-3),
         # With per-group std scaling it is the normalised RLOO advantage, up to the std's epsilon (TRL's 1e-4,
-        # the seed's 1e-8), which rescales low-variance groups by up to ~1% here.
-        ("reinforce_rloo", {}, "grpo", {"loss_type": "dr_grpo", "scale_rewards": "group"}, 2e-2),
+        # the seed's 1e-8), which rescales low-variance groups by up to ~1% here. GRPO's KL term (beta) is what
+        # keeps the `grpo` row apart from `reinforce_rloo`.
+        ("reinforce_rloo", {}, "grpo", {"loss_type": "dr_grpo", "scale_rewards": "group", "beta": 0.0}, 2e-2),
+        # The same with the seed's token-mean loss against GRPO's default ("dapo") aggregation.
+        ("reinforce_rloo", {"loss_normalization": "token"}, "grpo", {"scale_rewards": "group", "beta": 0.0}, 2e-2),
     ],
 )
 def test_reinforce_family_takes_the_same_steps_as_trl(
@@ -241,6 +246,90 @@ def test_reinforce_family_takes_the_same_steps_as_trl(
     moved = torch.cat([(v - start[k]).flatten() for k, v in mine.model.state_dict().items()]).norm()
     diff = torch.cat([(v - reference[k]).flatten() for k, v in mine.model.state_dict().items()]).norm()
     assert moved > 1.0 and diff < rtol * moved
+
+
+def parity_reward(completions: list[str], **kwargs) -> list[float]:
+    """A 0/1 reward that varies within groups, like a unit test's."""
+    return [float(len(c) % 2) for c in completions]
+
+
+@pytest.mark.parametrize("one_prompt_pairs, same", [(True, True), (False, False)])
+def test_reinforce_and_reinforce_rloo_coincide_only_in_the_seeds_shape(
+    one_prompt_pairs, same, tiny_model_dir, tokenizer, dataset, tmp_path
+):
+    """The equivalence the METHODS docstring keeps: one prompt x 2 completions per step with 0/1 rewards (the seed's
+    loop) makes the batch-mean advantages ±(r1-r2)/2 and the whitened leave-one-out ones ±(r1-r2)/√2, one constant
+    factor, so under Adam without clipping both rows take the same steps. Two prompts of 4 completions do not."""
+    shape = {"per_device_train_batch_size": 2, "num_generations": 2} if one_prompt_pairs else {}
+    common = {"reward_funcs": [parity_reward], "max_steps": 3, "learning_rate": 1e-2, "adam_epsilon": 1e-12,
+              "max_grad_norm": 0.0, "loss_normalization": "token", **shape}  # fmt: skip
+    first = make_trainer("reinforce", tiny_model_dir, tokenizer, dataset, tmp_path, **common)
+    start = params_of(first.model)
+    first.train()
+    rewards = [h["reward_std"] for h in first.state.log_history if "reward_std" in h]
+    assert any(r > 0 for r in rewards)  # some group had a passing and a failing completion
+    second = make_trainer("reinforce_rloo", tiny_model_dir, tokenizer, dataset, tmp_path / "b", **common)
+    second.train()
+    theirs = second.model.state_dict()
+    moved = torch.cat([(v - start[k]).flatten() for k, v in first.model.state_dict().items()]).norm()
+    diff = torch.cat([(v - theirs[k]).flatten() for k, v in first.model.state_dict().items()]).norm()
+    assert moved > 0.1
+    assert (diff < 1e-3 * moved) if same else (diff > 0.05 * moved), (diff / moved).item()
+
+
+def test_token_loss_normalization_is_the_seeds_mean_over_the_batch_tokens(tiny_model_dir, tokenizer, dataset, tmp_path):
+    """`loss_normalization="token"`: -Σ_{i,t} A_i log π(y_it) / Σ_{i,t} 1 over the generation batch, the seed's
+    `loss_per_token.sum() / shift_mask.sum()`, also when the batch is split into accumulated micro-batches."""
+    trainer = make_trainer("reinforce", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
+                           max_steps=1, loss_normalization="token", gradient_accumulation_steps=2)  # fmt: skip
+    batches = []
+    compute_loss = trainer._compute_loss
+    trainer._compute_loss = lambda model, inputs: batches.append(inputs) or compute_loss(model, inputs)
+    trainer.train()
+    assert len(batches) == 2  # one generation batch of 16 completions, two micro-batches of 8
+    total, tokens = 0.0, 0.0
+    with torch.no_grad():
+        got = sum(compute_loss(trainer.model, b).item() for b in batches)
+        for b in batches:
+            logps, _, _ = trainer._get_per_token_logps_and_entropies(
+                trainer.model, torch.cat([b["prompt_ids"], b["completion_ids"]], 1),
+                torch.cat([b["prompt_mask"], b["completion_mask"]], 1), b["completion_ids"].size(1),
+            )  # fmt: skip
+            mask = b["completion_mask"].float()
+            total += -(b["advantages"][:, None] * logps * mask).sum().item()
+            tokens += mask.sum().item()
+    assert tokens == batches[0]["num_items_in_batch"].item()
+    assert got == pytest.approx(total / tokens, rel=1e-4)
+
+
+@pytest.mark.parametrize("method", ["reinforce_kl", "ppo"])
+def test_logprob_temperature_takes_log_pi_from_the_raw_logits(method, tiny_model_dir, tokenizer, dataset, tmp_path):
+    """The seed samples at 0.8 but takes log π = log_softmax(logits) (T = 1): with `logprob_temperature=1` the loss's,
+    the reference's and the sampling recorder's log-probabilities are all at T = 1, while sampling stays at 0.8."""
+    trainer = make_trainer(method, tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
+                           max_steps=1, temperature=0.8, logprob_temperature=1.0)  # fmt: skip
+    assert trainer.temperature == 0.8 and trainer.generation_config.temperature == 0.8
+    captured = capture_rollouts(trainer)
+    trainer.train()
+    out = captured[0]["out"]
+    ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
+    attention = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
+    mask = out["completion_mask"].bool()
+    n = out["completion_ids"].size(1)
+
+    def raw_logps(model, temperature):
+        with torch.no_grad():
+            logits = model(input_ids=ids, attention_mask=attention).logits[:, -n - 1 : -1].float()
+        return torch.log_softmax(logits / temperature, -1).gather(-1, out["completion_ids"][..., None]).squeeze(-1)
+
+    ref = trainer.ref_model
+    assert torch.allclose(out["ref_per_token_logps"][mask], raw_logps(ref, 1.0)[mask], atol=1e-4)
+    assert not torch.allclose(out["ref_per_token_logps"][mask], raw_logps(ref, 0.8)[mask], atol=1e-3)
+    with torch.no_grad():
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attention, n)
+    assert torch.allclose(logps[mask], raw_logps(trainer.model, 1.0)[mask], atol=1e-4)
+    if method == "ppo":  # log π_old, recorded while sampling, at T = 1 too (the policy has moved since: use ref)
+        assert torch.allclose(out["old_per_token_logps"][mask], raw_logps(ref, 1.0)[mask], atol=1e-4)
 
 
 # --------------------------------------------------------------------------------------------------------- PPO
@@ -337,6 +426,54 @@ def test_ppo_critic_learns_and_is_clipped_stepped_and_zeroed(tiny_model_dir, tok
     assert trainer.critic_scheduler is not None and trainer.critic_scheduler.last_epoch == 2
 
 
+@pytest.mark.slow
+def test_ppo_critic_learns_the_returns_on_the_task(warm_task_model, tmp_path):
+    """PPO's default critic rate (CRITIC_LR_SCALE x the demo's 3e-4) on the learnable task, the policy held fixed
+    so that the returns keep one distribution (and, with λ = γ = 1, do not depend on the critic): after 16 steps,
+    on fresh batches, the critic's squared error to the returns is far below the fresh head's and level with
+    predicting the mean return seen in training (measured: 0.22-0.34 -> 0.13-0.18; the mean: 0.13-0.18)."""
+    from transformers import AutoTokenizer
+
+    from experiments.data import to_rl_rows
+    from experiments.tasks import train_rows
+    from experiments.trainers.estimators import masked_mean
+    from experiments.trainers.ppo import CRITIC_LR_SCALE
+
+    tok = AutoTokenizer.from_pretrained(warm_task_model)
+    args = build_config("ppo", output_dir=str(tmp_path), **(TINY | {
+        "per_device_train_batch_size": 64, "num_generations": 8, "max_completion_length": 16, "temperature": 1.0,
+        "learning_rate": 0.0, "critic_learning_rate": CRITIC_LR_SCALE * 3e-4, "max_steps": 16, "seed": 42}))  # fmt: skip
+    trainer = PPOTrainer(model=warm_task_model, reward_funcs=[rewards.unit_test_reward], args=args,
+                         train_dataset=to_rl_rows(train_rows(2000, seed=0)), processing_class=tok)  # fmt: skip
+    critic = trainer.accelerator.unwrap_model(trainer.critic)
+    fresh = copy.deepcopy(critic.state_dict())
+    seen = []
+    generate = trainer._generate_and_score_completions
+
+    def recording(inputs):
+        out = generate(inputs)
+        mask = trainer._loss_mask(out).float() * out["scorable"][:, None].float()
+        seen.append(((out["returns"] * mask).sum().item(), mask.sum().item()))
+        return out
+
+    trainer._generate_and_score_completions = recording
+    trainer.train()
+    mean_return = sum(a for a, _ in seen) / sum(b for _, b in seen)
+    trained = copy.deepcopy(critic.state_dict())
+    errors = {"fresh": 0.0, "trained": 0.0, "mean": 0.0}
+    batches = iter(trainer.get_train_dataloader())
+    for _ in range(3):
+        with torch.no_grad():
+            out = generate(next(batches))
+            mask = trainer._loss_mask(out).float() * out["scorable"][:, None].float()
+            for name, weights in (("fresh", fresh), ("trained", trained)):
+                critic.load_state_dict(weights)
+                errors[name] += masked_mean((trainer._critic_values(critic, out) - out["returns"]) ** 2, mask).item()
+            errors["mean"] += masked_mean((mean_return - out["returns"]) ** 2, mask).item()
+    assert errors["trained"] < 0.75 * errors["fresh"], errors
+    assert errors["trained"] < 1.05 * errors["mean"], errors
+
+
 def test_ppo_loss_terms_and_entropy_bonus(tiny_model_dir, tokenizer, dataset, tmp_path):
     trainer = make_trainer("ppo", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
                            max_steps=1, vf_coef=0.5)  # fmt: skip
@@ -430,6 +567,9 @@ def test_ppo_rejects_fsdp1_and_deepspeed_at_construction(tiny_model_dir, tokeniz
         (ReinforceConfig, {"baseline": "none", "normalize_advantages": True}, "needs a baseline"),
         (ReinforceConfig, {"num_iterations": 2}, "on-policy"),
         (ReinforceConfig, {"beta": 0.1}, "leave beta at 0"),
+        (ReinforceConfig, {"loss_normalization": "mean"}, "loss_normalization must be one of"),
+        (ReinforceConfig, {"logprob_temperature": 0.0}, "logprob_temperature must be > 0"),
+        (PPOConfig, {"logprob_temperature": -1.0}, "logprob_temperature must be > 0"),
         (PPOConfig, {"gamma": 1.5}, "gamma must be in"),
         (PPOConfig, {"lam": -0.1}, "lam must be in"),
         (PPOConfig, {"vf_coef": -1.0}, "vf_coef must be"),
@@ -468,5 +608,7 @@ def test_build_config_merges_defaults_and_rejects_unknown_keys(tmp_path):
 def test_methods_table():
     assert list(METHODS) == ["vanilla_pg", "reinforce", "reinforce_kl", "reinforce_rloo", "ppo", "grpo", "rloo"]
     for name, spec in METHODS.items():
-        assert spec.name == name and spec.paper
+        assert spec.name == name and spec.paper and spec.hparams
+        assert set(spec.defaults) <= set(spec.hparams), name  # what defines a method is reported with it
+        assert set(spec.hparams) <= config_fields(spec.config_cls), name
         assert issubclass(spec.config_cls, __import__("trl").GRPOConfig) or spec.config_cls.__name__ == "RLOOConfig"

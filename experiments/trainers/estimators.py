@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 __all__ = [
+    "batch_baseline_advantages",
     "clipped_value_loss",
     "explained_variance",
     "group_baseline_advantages",
@@ -65,7 +66,10 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, 
 
 
 def policy_gradient_loss(
-    per_token_logps: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor | None = None
+    per_token_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    num_tokens: torch.Tensor | float | None = None,
 ) -> torch.Tensor:
     """REINFORCE surrogate loss, -E_y[ A(y) * log pi(y) ] with log pi(y) = sum_t log pi(y_t | y_<t).
 
@@ -78,12 +82,18 @@ def policy_gradient_loss(
         per_token_logps: `(B, T)` log pi(y_t | y_<t) of the sampled tokens.
         advantages: `(B,)` one weight per completion (broadcast over its tokens), or `(B, T)` per token.
         mask: `(B, T)`, 1 on completion tokens. None means all tokens count.
+        num_tokens: divide the sum over every token of the batch by this instead of averaging the per-completion
+            sums: the seed blog's normalisation, `loss_per_token.sum() / shift_mask.sum()`, one mean over all the
+            tokens of the batch (pass the batch's token count). Within one batch this only rescales the gradient,
+            by completions / tokens, but the scale changes from batch to batch with the completions' lengths.
     """
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(1)
     weighted = advantages.detach() * per_token_logps
     if mask is not None:
         weighted = weighted * mask.to(weighted.dtype)
+    if num_tokens is not None:
+        return -weighted.sum() / num_tokens
     return -weighted.sum(dim=1).mean()
 
 
@@ -95,6 +105,18 @@ def _normalize_groups(adv: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     mean = torch.nanmean(adv_valid, dim=1, keepdim=True)
     std = (((adv_valid - mean) ** 2).nansum(dim=1, keepdim=True) / (count - 1).clamp(min=1.0)).sqrt()
     return torch.where(std > 1e-8, (adv - mean) / (std + 1e-8), adv)
+
+
+def batch_baseline_advantages(rewards: torch.Tensor) -> torch.Tensor:
+    """REINFORCE with a batch-average baseline: A_i = r_i - mean_j r_j over every scorable completion of the batch.
+
+    The seed blog's REINFORCE ("the simplest baselines are averages over the batch of rewards"; its loop takes
+    `rewards.mean()` over the batch of one update). A constant baseline, the same for every prompt of the batch:
+    it lowers the variance without using which prompt a completion answers, unlike the per-prompt group mean of
+    `group_baseline_advantages` (the two coincide when a batch holds one prompt, as in the seed's loop).
+    """
+    adv = rewards - torch.nanmean(rewards)
+    return torch.nan_to_num(adv, nan=0.0)
 
 
 def group_baseline_advantages(rewards: torch.Tensor, group_size: int, normalize: bool = False) -> torch.Tensor:

@@ -1,13 +1,15 @@
 """The REINFORCE family on TRL's GRPOTrainer: vanilla policy gradient, group-mean baseline, KL-in-reward, RLOO.
 
-One trainer, `ReinforceTrainer`, selected by `ReinforceConfig`:
+One trainer, `ReinforceTrainer`, selected by `ReinforceConfig` (the four loops of the seed blog):
 
-| method           | baseline      | kl_coef | normalize_advantages |
-|------------------|---------------|---------|----------------------|
-| `vanilla_pg`     | `"none"`      | 0       | False                |
-| `reinforce`      | `"group_mean"`| 0       | False                |
-| `reinforce_kl`   | `"group_mean"`| > 0     | False                |
-| `reinforce_rloo` | `"rloo"`      | 0       | True (the seed's default) |
+| method           | baseline       | kl_coef | normalize_advantages |
+|------------------|----------------|---------|----------------------|
+| `vanilla_pg`     | `"none"`       | 0       | False                |
+| `reinforce`      | `"batch_mean"` | 0       | False                |
+| `reinforce_kl`   | `"batch_mean"` | 0.05    | False                |
+| `reinforce_rloo` | `"rloo"`       | 0       | True (the seed's default) |
+
+`"group_mean"` (the per-prompt mean) is available too; it is TRL's RLOO advantage up to the constant G/(G-1).
 
 It reuses everything of GRPOTrainer up to the rewards (sampling, generation, reward-function calling, gathering
 across processes, the reference model) and replaces two seams:
@@ -16,11 +18,14 @@ across processes, the reference model) and replaces two seams:
    batch (groups are shuffled across micro-batches before the loss, so a baseline can only be computed here),
    optionally after subtracting `kl_coef * sum_t (log pi - log pi_ref)` from each reward, then keep this
    process's slice.
-2. `_compute_loss`: the REINFORCE surrogate -sum_t A * log pi(y_t) per completion, averaged over completions,
-   divided by the gradient-accumulation steps (GRPOTrainer sets `loss_is_scaled_for_ga=True`). There is no
+2. `_compute_loss`: the REINFORCE surrogate -sum_t A * log pi(y_t) per completion, averaged over completions
+   (`loss_normalization="sequence"`) or divided by the batch's token count (`"token"`, the seed's one mean over
+   all tokens), scaled for gradient accumulation (GRPOTrainer sets `loss_is_scaled_for_ga=True`). There is no
    clipping and no KL term in the loss: each sample is used for one gradient step. When GRPOTrainer supplies
    log pi_old (one generation feeding several optimizer steps, or vLLM), each token's term is weighted by the
    detached pi/pi_old (1 on-policy) and by vLLM's importance weights, as GRPO's loss is.
+
+log pi is taken at `logprob_temperature` (default: the sampling temperature, as GRPOTrainer does; the seed: 1).
 """
 
 from __future__ import annotations
@@ -33,12 +38,20 @@ import torch
 from accelerate.utils import gather
 from trl import GRPOConfig, GRPOTrainer
 
-from .estimators import group_baseline_advantages, kl_k1, policy_gradient_loss, rloo_advantages
-from .sampling import SampledLogprobsMixin
+from .estimators import (
+    batch_baseline_advantages,
+    group_baseline_advantages,
+    kl_k1,
+    masked_whiten,
+    policy_gradient_loss,
+    rloo_advantages,
+)
+from .sampling import SampledLogprobsMixin, check_logprob_temperature
 
-__all__ = ["BASELINES", "ReinforceConfig", "ReinforceTrainer"]
+__all__ = ["BASELINES", "LOSS_NORMALIZATIONS", "ReinforceConfig", "ReinforceTrainer"]
 
-BASELINES = ("none", "group_mean", "rloo")
+BASELINES = ("none", "batch_mean", "group_mean", "rloo")
+LOSS_NORMALIZATIONS = ("sequence", "token")
 
 
 @dataclass
@@ -52,16 +65,31 @@ class ReinforceConfig(GRPOConfig):
     Parameters:
         > Parameters that control the advantage estimator
 
-        baseline (`str`, *optional*, defaults to `"group_mean"`):
+        baseline (`str`, *optional*, defaults to `"batch_mean"`):
             What is subtracted from each completion's reward before it weights the log-likelihood gradient.
             `"none"`: vanilla policy gradient, A = R (high variance; with 0/1 rewards it only pushes up passing
-            completions). `"group_mean"`: the mean reward of the completions of the same prompt (the seed blog's
-            REINFORCE baseline). `"rloo"`: the leave-one-out mean of the other completions of the same prompt
-            (Ahmadian et al., 2024), an exactly unbiased baseline. All baselines lower the variance without
-            changing the expected gradient (up to a constant factor for `"group_mean"`).
+            completions). `"batch_mean"`: the mean reward of the whole generation batch, one constant for every
+            prompt (the seed blog's REINFORCE: "averages over the batch of rewards"). `"group_mean"`: the mean
+            reward of the completions of the same prompt (GRPO's mean, TRL's RLOO up to G/(G-1)). `"rloo"`: the
+            leave-one-out mean of the other completions of the same prompt (Ahmadian et al., 2024), an exactly
+            unbiased baseline. All baselines lower the variance without changing the expected gradient (up to a
+            constant factor for the two means, which include the completion's own reward).
         normalize_advantages (`bool`, *optional*, defaults to `False`):
-            Divide each prompt group's advantages by their standard deviation (the `normalize=True` of the seed's
-            RLOO loop). Equalises the update size of easy and hard prompts, as GRPO does. Requires a baseline.
+            Divide the advantages by their standard deviation: per prompt group for `"group_mean"` and `"rloo"`
+            (the `normalize=True` of the seed's RLOO loop; then the advantage is GRPO's), over the batch for
+            `"batch_mean"`. Requires a baseline.
+
+        > Parameters that control the loss
+
+        loss_normalization (`str`, *optional*, defaults to `"sequence"`):
+            `"sequence"`: sum log π over each completion's tokens, average over completions (the estimator as
+            written, Williams 1992). `"token"`: one mean over all the tokens of the generation batch, the seed
+            blog's `loss_per_token.sum() / shift_mask.sum()` (TRL's "dapo" aggregation). Within a batch they differ
+            by a constant; from batch to batch by the completions' lengths.
+        logprob_temperature (`float`, *optional*):
+            Temperature the logits are divided by wherever log π is taken (loss, KL penalty). None uses the
+            sampling `temperature`, as GRPOTrainer does; the seed blog samples at 0.8 but takes log π from the raw
+            logits (1.0).
 
         > Parameters that control the KL penalty
 
@@ -81,16 +109,30 @@ class ReinforceConfig(GRPOConfig):
     """
 
     baseline: str = field(
-        default="group_mean",
+        default="batch_mean",
         metadata={
-            "help": "Baseline subtracted from the reward: 'none' (vanilla policy gradient), 'group_mean' (mean "
-            "reward of the prompt's group), or 'rloo' (leave-one-out mean of the other completions).",
+            "help": "Baseline subtracted from the reward: 'none' (vanilla policy gradient), 'batch_mean' (mean "
+            "reward of the batch), 'group_mean' (mean reward of the prompt's group), or 'rloo' (leave-one-out "
+            "mean of the other completions).",
             "choices": list(BASELINES),
         },
     )
     normalize_advantages: bool = field(
         default=False,
-        metadata={"help": "Divide each prompt group's advantages by their standard deviation. Needs a baseline."},
+        metadata={"help": "Divide the advantages by their standard deviation (per group; per batch for "
+                  "batch_mean). Needs a baseline."},
+    )
+    loss_normalization: str = field(
+        default="sequence",
+        metadata={
+            "help": "'sequence': sum over a completion's tokens, mean over completions; 'token': one mean over "
+            "all the tokens of the batch (the seed's).",
+            "choices": list(LOSS_NORMALIZATIONS),
+        },
+    )
+    logprob_temperature: float | None = field(
+        default=None,
+        metadata={"help": "Temperature of log π in the loss and KL (None: the sampling temperature; the seed: 1)."},
     )
     kl_coef: float = field(
         default=0.0,
@@ -103,6 +145,14 @@ class ReinforceConfig(GRPOConfig):
     def __post_init__(self):
         if self.baseline not in BASELINES:
             raise ValueError(f"baseline must be one of {', '.join(map(repr, BASELINES))}; got {self.baseline!r}")
+        if self.loss_normalization not in LOSS_NORMALIZATIONS:
+            raise ValueError(
+                f"loss_normalization must be one of {', '.join(map(repr, LOSS_NORMALIZATIONS))}; "
+                f"got {self.loss_normalization!r}"
+            )
+        if self.logprob_temperature is not None and not self.logprob_temperature > 0:
+            raise ValueError(f"logprob_temperature must be > 0; got {self.logprob_temperature}")
+        check_logprob_temperature(self)
         if self.kl_coef < 0:
             raise ValueError(f"kl_coef must be >= 0; got {self.kl_coef}")
         if self.normalize_advantages and self.baseline == "none":
@@ -169,6 +219,7 @@ class ReinforceTrainer(SampledLogprobsMixin, GRPOTrainer):
         if not isinstance(self.args, ReinforceConfig):
             raise TypeError(f"ReinforceTrainer needs a ReinforceConfig; got {type(self.args).__name__}")
         self._last_rewards_per_func: torch.Tensor | None = None
+        self._apply_logprob_temperature()
 
     # ---- generation: record log π of the sampled tokens when the KL penalty needs them (see sampling.py) ------
     def _wants_sampled_logps(self) -> bool:
@@ -215,6 +266,10 @@ class ReinforceTrainer(SampledLogprobsMixin, GRPOTrainer):
         # 3. Advantages: reward minus baseline, over the global batch, laid out group by group.
         if args.baseline == "none":
             advantages = torch.nan_to_num(rewards, nan=0.0)
+        elif args.baseline == "batch_mean":
+            advantages = batch_baseline_advantages(rewards)
+            if args.normalize_advantages:
+                advantages = masked_whiten(advantages, ~torch.isnan(rewards))
         elif args.baseline == "group_mean":
             advantages = group_baseline_advantages(rewards, group_size, normalize=args.normalize_advantages)
         else:
@@ -260,11 +315,20 @@ class ReinforceTrainer(SampledLogprobsMixin, GRPOTrainer):
         if inputs.get("importance_sampling_ratio") is not None:
             weights = inputs["importance_sampling_ratio"] * (1.0 if weights is None else weights)
         weighted_logps = per_token_logps if weights is None else per_token_logps * weights
-        # -Σ_t A log π(y_t) per completion, mean over the micro-batch's completions. Summing (not averaging) the
-        # tokens keeps the estimator's weighting; the mean over completions, with equal micro-batches, makes the
-        # accumulated gradient the mean over the generation batch once divided by the accumulation steps.
-        loss = policy_gradient_loss(weighted_logps, inputs["advantages"], mask)
-        normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        if self.args.loss_normalization == "token":
+            # One mean over the tokens of the batch: the generation batch's global token count, rescaled to one
+            # accumulation window and one process, as TRL's "dapo" loss does (DDP then averages the processes).
+            num_tokens = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            if mode == "train":
+                num_tokens = num_tokens * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+            loss = policy_gradient_loss(weighted_logps, inputs["advantages"], mask, num_tokens=num_tokens)
+            normalizer = 1.0
+        else:
+            # -Σ_t A log π(y_t) per completion, mean over the micro-batch's completions. Summing (not averaging) the
+            # tokens keeps the estimator's weighting; the mean over completions, with equal micro-batches, makes
+            # the accumulated gradient the mean over the generation batch once divided by the accumulation steps.
+            loss = policy_gradient_loss(weighted_logps, inputs["advantages"], mask)
+            normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
 
         stats = self.accelerator.reduce(
             torch.stack([(entropies.detach() * mask).sum(), mask.sum().float()]), reduction="sum"

@@ -7,24 +7,43 @@ processor reads the distribution generate samples each token from. Only the tran
 recorded (not vLLM, where GRPOTrainer computes them anyway for its importance-sampling correction, nor continuous
 batching), and only without a repetition penalty (which would change the distribution); every recording is
 checked against the completion ids it must describe, and callers fall back to a forward pass if it does not match.
+
+The mixin also owns the log-prob temperature of passk's trainers (`logprob_temperature` in their configs): the
+temperature the logits are divided by wherever log π is computed (the loss, log π_old, log π_ref, the recording).
+GRPOTrainer uses the sampling temperature; the seed experiment takes log π from the raw logits (T = 1) while it
+samples at 0.8.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import torch
+from accelerate.utils import is_peft_model
 from transformers import LogitsProcessor, LogitsProcessorList
+from trl.trainer.utils import add_fused_lm_head
 
-__all__ = ["SampledLogprobs", "SampledLogprobsMixin"]
+__all__ = ["SampledLogprobs", "SampledLogprobsMixin", "check_logprob_temperature"]
+
+
+def check_logprob_temperature(args: Any) -> None:
+    """A config's `logprob_temperature` must agree with vLLM's importance-sampling correction, which divides
+    log π_old (taken at the log-prob temperature) by vLLM's log-probs (at the sampling temperature)."""
+    t = args.logprob_temperature
+    if t is not None and t != args.temperature and args.use_vllm and args.vllm_importance_sampling_correction:
+        raise ValueError(
+            f"logprob_temperature ({t}) differs from temperature ({args.temperature}), which vLLM's importance-"
+            "sampling correction assumes; leave logprob_temperature unset or set vllm_importance_sampling_correction false"
+        )
 
 
 class SampledLogprobs(LogitsProcessor):
     """Records log π(y_t) of every sampled token.
 
-    Custom processors run before generate's temperature warper, so the scores are divided by the temperature
-    here: the result is GRPOTrainer's definition of the log-probabilities (temperature-scaled softmax over the
-    whole vocabulary, no top-k/top-p). Only the previous step's (B, V) distribution is kept; each call gathers
+    Custom processors run before generate's temperature warper, so the scores are divided by the log-prob
+    temperature here: the result is GRPOTrainer's definition of the log-probabilities (temperature-scaled softmax
+    over the whole vocabulary, no top-k/top-p), at the trainer's log-prob temperature. Only the previous step's (B, V) distribution is kept; each call gathers
     the token that was sampled from it, which is the last column of the next call's `input_ids`.
     """
 
@@ -81,6 +100,24 @@ class SampledLogprobsMixin:
         off_policy = self.args.gradient_accumulation_steps % generate_every != 0
         return off_policy or (self.use_vllm and self.vllm_importance_sampling_correction)
 
+    def _logprob_temperature(self) -> float:
+        """The temperature log π is computed at: the config's `logprob_temperature`, else the sampling one."""
+        temperature = getattr(self.args, "logprob_temperature", None)
+        return self.temperature if temperature is None else float(temperature)
+
+    def _apply_logprob_temperature(self) -> None:
+        """Call at the end of `__init__`: when the log-prob temperature differs from the sampling temperature,
+        patch the policy's and the reference model's fused LM heads again with it (GRPOTrainer patched them with
+        the sampling temperature; the new head wraps the old one, whose plain forward generation still uses)."""
+        temperature = self._logprob_temperature()
+        if temperature == self.temperature:
+            return
+        model = self.model.get_base_model() if is_peft_model(self.model) else self.model  # as GRPOTrainer does
+        cast = self.args.cast_lm_head_to_fp32
+        add_fused_lm_head(model, temperature=temperature, cast_lm_head_to_fp32=cast, outputs=("log_probs", "entropy"))
+        if self.ref_model is not None:
+            add_fused_lm_head(self.ref_model, temperature=temperature, cast_lm_head_to_fp32=cast)
+
     def _can_record(self) -> bool:
         return (
             not self.use_vllm
@@ -90,7 +127,7 @@ class SampledLogprobsMixin:
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         record = self._wants_sampled_logps() and self._can_record()
-        self._sampling_recorder = SampledLogprobs(self.temperature) if record else None
+        self._sampling_recorder = SampledLogprobs(self._logprob_temperature()) if record else None
         if not record:
             return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
         model = self.accelerator.unwrap_model(self.model)
