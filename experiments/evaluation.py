@@ -140,6 +140,7 @@ class ProblemResult:
             "mean_reward": self.mean_reward,
             "greedy_passed": self.greedy_passed,
             "n_truncated": self.n_truncated,
+            "first_sample_passed": bool(self.rewards[0] >= 1.0) if self.rewards else None,
             "first_completion": self.first_completion,
         }
 
@@ -171,8 +172,15 @@ class EvalResult:
 
     @property
     def metrics(self) -> dict[str, Estimate]:
-        """Flat name -> estimate map: pass@k..., greedy_pass@1 (if run), avg_reward."""
+        """Flat name -> estimate map: pass@k..., first_sample_pass@1, greedy_pass@1 (if run), avg_reward."""
         out = dict(self.pass_at_k)
+        if self.problems and all(p.rewards for p in self.problems):
+            # The seed blog's pass@1: the first sample of each problem, beside the unbiased estimate over all n.
+            first = [float(p.rewards[0] >= 1.0) for p in self.problems]
+            seed = int(self.settings.get("seed", 0))
+            out["first_sample_pass@1"] = Estimate.from_values(
+                first, n_bootstrap=self.n_bootstrap, confidence=self.confidence, seed=seed
+            )
         if self.greedy_pass_at_1 is not None:
             out["greedy_pass@1"] = self.greedy_pass_at_1
         out["avg_reward"] = self.avg_reward
@@ -284,6 +292,7 @@ def _generate(
     batch_size: int,
     progress: bool,
     desc: str,
+    generation_kwargs: Mapping[str, Any] | None = None,
 ) -> tuple[list[list[str]], int, list[list[bool]], float]:
     """Generate for every prompt; returns (texts per prompt, tokens generated, hit-max flags, seconds)."""
     from tqdm.auto import tqdm
@@ -305,6 +314,7 @@ def _generate(
         gen_kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
     else:
         gen_kwargs.update(do_sample=False)
+    gen_kwargs.update(generation_kwargs or {})  # e.g. the model's own top_k / repetition_penalty, kept in force
     config = GenerationConfig(**gen_kwargs)
     device = next(model.parameters()).device
     eos_set = set(eos)
@@ -373,6 +383,7 @@ def evaluate_model(
     progress: bool = True,
     n_bootstrap: int = 1000,
     confidence: float = 0.95,
+    generation_kwargs: Mapping[str, Any] | None = None,
 ) -> EvalResult:
     """Sample `n_samples` completions per problem (plus one greedy if `greedy`), run the unit tests, and
     report unbiased pass@k for each k <= n_samples, greedy pass@1 and average reward, with bootstrap CIs.
@@ -382,6 +393,8 @@ def evaluate_model(
     `batch_size` counts prompts per `generate` call (each yields `n_samples` sequences). Sampling runs under
     `torch.random.fork_rng` seeded with `seed`, so results are deterministic on CPU and the caller's RNG stream
     (e.g. a training run) is left untouched. The model's train/eval mode is restored afterwards.
+    `generation_kwargs` (e.g. `{"top_k": 20, "repetition_penalty": 1.1}`) go into every generate call's config,
+    over the pinned top_k=0 / repetition_penalty=1.0.
     """
     if style not in ("completion", "chat"):
         raise ValueError(f"style must be 'completion' or 'chat', got {style!r}")
@@ -405,7 +418,8 @@ def evaluate_model(
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=fork_devices):
             torch.manual_seed(seed)
-            common = {"max_new_tokens": max_new_tokens, "batch_size": batch_size, "progress": progress}
+            common = {"max_new_tokens": max_new_tokens, "batch_size": batch_size, "progress": progress,
+                      "generation_kwargs": generation_kwargs}  # fmt: skip
             samples, tok_s, hit_s, sec_s = _generate(
                 model, tokenizer, ids, num_return_sequences=n_samples, do_sample=True,
                 temperature=temperature, top_p=top_p, desc=f"pass@k sampling (n={n_samples})", **common,
@@ -483,6 +497,7 @@ def evaluate_model(
             "seed": seed,
             "style": style,
             "batch_size": batch_size,
+            **({"generation_kwargs": dict(generation_kwargs)} if generation_kwargs else {}),
         },
         confidence=confidence,
         n_bootstrap=n_bootstrap,

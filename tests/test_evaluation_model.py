@@ -52,7 +52,7 @@ def test_structure_determinism_and_mode_restore(tiny, rows3) -> None:
     d = res.to_dict()
     json.dumps(d)  # JSON-serialisable
     assert d["num_problems"] == 3 and d["n"] == 2 and d["ks"] == [1, 2]  # k=5 > n is dropped
-    assert set(d["metrics"]) == {"pass@1", "pass@2", "greedy_pass@1", "avg_reward"}
+    assert set(d["metrics"]) == {"pass@1", "pass@2", "first_sample_pass@1", "greedy_pass@1", "avg_reward"}
     for est in d["metrics"].values():
         assert 0.0 <= est["ci"][0] <= est["value"] <= est["ci"][1] <= 1.0
     assert [p["task_id"] for p in d["problems"]] == list(rows3["task_id"])
