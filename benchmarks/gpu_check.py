@@ -221,6 +221,7 @@ def run_argv(a: argparse.Namespace, method: str, model: str, out_dir: Path, **ov
         "method": method, "model": model, "eval_before": "false", "eval_after": "false", "eval_every_n_steps": 0,
         "save_strategy": "no", "save_model": "false", "report_to": "none", "disable_tqdm": "true",
         "logging_steps": 1000, "output_dir": out_dir,
+        "budget_prompts": 0,  # optimizer steps given here (one generation cycle), not derived from the budget
     }  # fmt: skip
     if a.cpu:
         keys |= {"use_cpu": "true", "bf16": "false", "activation_checkpointing": "false",

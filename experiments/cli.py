@@ -1,17 +1,19 @@
 """`passk`: train one method, evaluate a model, compare methods side by side, or run the CPU demo.
 
-    passk train CONFIG [--key value ...]                 one run (same as `python -m experiments.train`)
-    passk train CONFIG --accelerate_config cpu|multi_gpu|PATH [--num_processes N] [--key value ...]
+    passk train CONFIG --method M [--key value ...]      one run (same as `python -m experiments.train`)
+    passk train CONFIG --method M --accelerate_config cpu|multi_gpu|PATH [--num_processes N] [--key value ...]
                                                          the same run through `accelerate launch`
-    passk train CONFIG --check [--key value ...]         parse and check the config, print it, load nothing
+    passk train CONFIG --method M --check [--key value ...]
+                                                         parse and check the config, print it, load nothing
     passk eval MODEL [--config CONFIG] [--out FILE] [--key value ...]
                                                          pass@k of a model, run directory or checkpoint
-    passk compare CONFIG CONFIG ... [--out DIR] [--seed N | --seeds 0,1,2] [--key value ...]
-                                                         every config with the same seed and budget, one report
+    passk compare CONFIG [--methods all|a,b] [--out DIR] [--seed N | --seeds 0,1,2] [--key value ...]
+                                                         every method on the budget in CONFIG, one report
     passk demo [--out DIR] [--methods a,b,...]           all methods on CPU, tiny model, learnable task
 
-CONFIG is a YAML path or the name of a file in experiments/configs/ (`grpo_cpu`). `--key value` overrides any
-key of the YAML (ExperimentArgs or the method's trainer config), as in TRL's scripts.
+CONFIG is a budget file: a YAML path or the name of a file in experiments/configs/ (seed, cpu, demo, smollm2,
+smollm2_learnable), shared by every method. `--key value` overrides any key (ExperimentArgs or the method's
+trainer config), as in TRL's scripts.
 """
 
 from __future__ import annotations
@@ -30,21 +32,19 @@ from pathlib import Path
 from typing import Any
 
 from experiments.config import (
-    BUDGET_KEYS,
     USER_ERRORS,
     ConfigError,
     ExperimentArgs,
-    budget,
     config_path,
     load_yaml,
+    overrides_for,
     parse_config,
-    shipped_configs,
     split_config_argv,
 )
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ACCELERATE_CONFIG_DIR = REPO_ROOT / "accelerate_configs"
-DEMO_PATTERN = "*_demo.yaml"
+DEMO_CONFIG = "demo"
 DEMO_OUT = "runs/demo"
 
 
@@ -131,10 +131,10 @@ def cmd_train(argv: Sequence[str]) -> int:
     args = _resolve_config(args)
     if "--help" in args or "-h" in args:
         return _print_config_help(args)
-    exp, cfg = parse_config(args)  # fail here, in the launcher, before any process or model starts
-    if check:
-        _print_config(exp, cfg)
+    if check:  # no accelerator is touched: a GPU config checks out on a CPU machine too
+        _print_config(*parse_config(args, device_free=True))
         return 0
+    exp, cfg = parse_config(args)  # fail here, in the launcher, before any process or model starts
     if acc:
         cmd = accelerate_command(args, str(acc), int(nproc) if nproc else None)
         print("passk: " + shlex.join(cmd), flush=True)
@@ -152,17 +152,27 @@ def _print_config(exp: Any, cfg: Any) -> None:
     import yaml
 
     from experiments.config import to_dict
+    from experiments.trainers import method_hparams
 
     print(yaml.safe_dump(json.loads(json.dumps(to_dict(exp, cfg), default=str)), sort_keys=True), end="")
-    print(f"# OK: {exp.method} with {type(cfg).__name__}; nothing was loaded")
+    hparams = ", ".join(f"{k}={v}" for k, v in method_hparams(exp.method, cfg).items())
+    print(f"# {exp.method} hyperparameters (METHODS): {hparams}")
+    budget = f"{exp.budget_prompts} fresh prompts, " if exp.budget_prompts else ""
+    print(f"# budget: {budget}max_steps {cfg.max_steps}, {cfg.num_generations} completions per prompt")
+    if exp.model_generation_config:
+        print("# sampling: top_k, min_p and repetition_penalty are read from the model's generation_config when it "
+              "loads (recorded in run.json under sampling)")  # fmt: skip
+    for key, reason in exp.not_applicable.items():
+        print(f"# not used by {exp.method}: {key} ({reason})")
+    print(f"# OK: {exp.method} with {type(cfg).__name__}; nothing was loaded, no accelerator was touched")
 
 
 def _print_config_help(args: list[str]) -> int:
-    from experiments.config import _trl_parser_cls, method_spec
+    from experiments.config import _cli_value, _trl_parser_cls, method_spec
 
-    method = load_yaml(args[0]).get("method")
+    method = _cli_value(args[1:], "method") or load_yaml(args[0]).get("method")
     if not method:
-        raise CliError(f"{args[0]} sets no method")
+        raise CliError(f"{args[0]} sets no method; pass --method M --help")
     parser = _trl_parser_cls()((ExperimentArgs, method_spec(method).config_cls), prog="passk train CONFIG")
     parser.print_help()
     return 0
@@ -235,7 +245,10 @@ def cmd_eval(argv: Sequence[str]) -> int:
     out = Path(ea.out) if ea.out else (Path(path) / "eval.json" if Path(path).is_dir() and Path(model).is_dir()
                                        else Path("eval.json"))  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
-    data = _evaluate(net, tokenizer, rows, exp, ea.seed, out)
+    from experiments.train import eval_generation_kwargs, model_sampling
+
+    generation = eval_generation_kwargs(model_sampling(path)) if exp.model_generation_config else None
+    data = _evaluate(net, tokenizer, rows, exp, ea.seed, out, generation)
     data["model"] = str(path)
     out.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     summary = {k: v["value"] for k, v in data.get("metrics", {}).items()} if "metrics" in data else {}
@@ -268,9 +281,9 @@ def _parse_compare(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], list
     args = list(argv)
     opts: dict[str, Any] = {
         "out": _pop_flag(args, "out"),
+        "methods": _pop_flag(args, "methods"),
         "seed": _pop_flag(args, "seed"),
         "seeds": _pop_flag(args, "seeds"),
-        "allow_budget_mismatch": bool(_pop_flag(args, "allow_budget_mismatch", has_value=False)),
         "in_process": bool(_pop_flag(args, "in_process", has_value=False)),
         "verbose": bool(_pop_flag(args, "verbose", has_value=False)),
     }
@@ -280,86 +293,114 @@ def _parse_compare(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], list
     return configs, opts, args
 
 
+def parse_methods(value: str | None) -> list[str]:
+    """`--methods`: "all" (or nothing) for every method of METHODS, else a comma-separated list of them."""
+    from experiments.config import method_spec
+    from experiments.trainers import METHODS
+
+    if not value or value == "all":
+        return list(METHODS)
+    methods = [m.strip() for m in value.split(",") if m.strip()]
+    for m in methods:
+        try:
+            method_spec(m)
+        except ConfigError as e:
+            raise CliError(f"--methods: {str(e).removeprefix('method: ')}") from None
+    if len(set(methods)) != len(methods):
+        raise CliError(f"--methods: a method is listed twice in {value!r}")
+    return methods
+
+
 def cmd_compare(argv: Sequence[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: passk compare CONFIG CONFIG ... [--out DIR] [--seed N | --seeds 0,1,2] [--in_process] [--verbose] "
-              "[--allow_budget_mismatch] [--key value ...]\n\n"
-              "Runs every config into DIR/<name> with the same seed and overrides (with --seeds: once per seed,\n"
-              "into DIR/<name>-seed<N>), one after the other, each in its own process unless --in_process, its\n"
-              "output in DIR/<name>/train.log unless --verbose; then writes DIR/report.md with write_report.\n"
-              f"Configs must agree on the budget keys: {', '.join(BUDGET_KEYS)}.")  # fmt: skip
+        print("usage: passk compare CONFIG [--methods all|a,b,...] [--out DIR] [--seed N | --seeds 0,1,2] [--in_process] "
+              "[--verbose] [--key value ...]\n\n"
+              "Runs every method (default all) on the one budget file CONFIG into DIR/<method> with the same seed and\n"
+              "overrides (with --seeds: once per seed, into DIR/<method>-seed<N>), one after the other, each in its own\n"
+              "process unless --in_process, its output in DIR/<method>/train.log unless --verbose; then writes\n"
+              "DIR/report.md with write_report. The methods share the file, so they share the budget: the same fresh\n"
+              "prompts and completions (budget_prompts); each method's own hyperparameters come from METHODS. An\n"
+              "override that only some methods' configs have (e.g. --lam) goes to those.")  # fmt: skip
         return 0
     configs, opts, overrides = _parse_compare(argv)
-    if not configs:
-        raise CliError("compare needs at least one CONFIG")
+    if len(configs) != 1:
+        raise CliError(
+            "compare takes one budget file (CONFIG) and the methods to run on it (--methods all|a,b); "
+            f"got {len(configs)} config(s)"
+        )
     out = Path(opts["out"] or f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")
     seeds = [s for s in str(opts["seeds"]).split(",") if s] if opts["seeds"] else []
     bad = [s for s in seeds if not s.lstrip("-").isdigit()]
     if bad:
         raise CliError(f"--seeds: {bad[0]!r} is not an integer")
-    report = compare([str(config_path(c)) for c in configs], out, seed=opts["seed"], seeds=seeds, overrides=overrides,
-                     allow_budget_mismatch=opts["allow_budget_mismatch"], in_process=opts["in_process"],
-                     verbose=opts["verbose"])  # fmt: skip
+    report = compare(str(config_path(configs[0])), out, methods=parse_methods(opts["methods"]), seed=opts["seed"],
+                     seeds=seeds, overrides=overrides, in_process=opts["in_process"], verbose=opts["verbose"])  # fmt: skip
     print(f"passk: report written to {report}")
     return 0
 
 
 def _summary(run_dir: Path) -> str:
-    """`pass@1 21.5% -> 39.2%` from a run's eval files (whichever exist)."""
+    """`pass@1 21.5% -> 39.2%, 320 prompts` from a run's eval files and run.json (whichever exist)."""
     values = []
     for name in ("eval_before.json", "eval_after.json"):
         f = run_dir / name
         metrics = json.loads(f.read_text()).get("metrics", {}) if f.is_file() else {}
         values.append(metrics.get("pass@1", {}).get("value"))
+    run = run_dir / "run.json"
+    budget = json.loads(run.read_text()).get("budget", {}) if run.is_file() else {}
+    sampled = (f"{budget['fresh_prompts']} prompts / {budget['fresh_completions']} completions / "
+               f"{budget['optimizer_steps']} steps") if budget else ""  # fmt: skip
     if values == [None, None]:
-        return "done"
+        return sampled or "done"
     before, after = (f"{100 * v:.1f}%" if v is not None else "-" for v in values)
-    return f"pass@1 {before} -> {after}"
-
-
-def run_names(configs: Sequence[str], methods: Sequence[str]) -> list[str]:
-    """Run directory names: the method, or the config's file name when two configs share a method."""
-    return [m if list(methods).count(m) == 1 else Path(c).stem for c, m in zip(configs, methods)]
+    return f"pass@1 {before} -> {after}" + (f", {sampled}" if sampled else "")
 
 
 def compare(
-    configs: Sequence[str],
+    config: str,
     out: str | os.PathLike[str],
     *,
+    methods: Sequence[str] | None = None,
     seed: int | str | None = None,
     seeds: Sequence[int | str] = (),
     overrides: Sequence[str] = (),
-    allow_budget_mismatch: bool = False,
     in_process: bool = False,
     verbose: bool = False,
 ) -> Path:
-    """Run each config into `out/<name>` with one seed and the same overrides, then `write_report`.
+    """Run each method (default: all of METHODS) on the budget file `config` into `out/<method>`, with one seed and
+    the same overrides, then `write_report`.
 
-    With `seeds`, every config runs once per seed into `out/<name>-seed<N>`; the report pools a method's seeds.
-    Every config is parsed and checked before the first run starts, and their budgets (BUDGET_KEYS) must agree.
+    Equal budgets hold by construction: every run reads the same file, and `budget_prompts` gives each method the
+    optimizer steps that sample the same fresh prompts. An override goes to the methods whose config has the key
+    (an option only some trainers have, e.g. `--lam`), and must exist in at least one. With `seeds`, every method
+    runs once per seed into `out/<method>-seed<N>`; the report pools a method's seeds. Every run is parsed and
+    checked before the first one starts.
     """
+    from experiments.trainers import METHODS
+
     out = Path(out)
+    methods = list(methods or METHODS)
     seed_list = [str(s) for s in seeds] or ([str(seed)] if seed is not None else [None])
-    common = list(overrides)
     first_seed = ["--seed", seed_list[0]] if seed_list[0] is not None else []
-    parsed = [parse_config([c, *common, *first_seed]) for c in configs]
-    names = run_names(configs, [exp.method for exp, _ in parsed])
-    budgets = [budget(exp, cfg) for exp, cfg in parsed]
-    if not allow_budget_mismatch:
-        for name, b in zip(names[1:], budgets[1:]):
-            diff = [k for k in BUDGET_KEYS if b[k] != budgets[0][k]]
-            if diff:
-                raise ConfigError(f"{diff[0]}: {names[0]} has {budgets[0][diff[0]]!r} but {name} has "
-                                  f"{b[diff[0]]!r}; compare needs one budget (or --allow_budget_mismatch)")  # fmt: skip
+    per_method: dict[str, list[str]] = {}
+    not_in: dict[str, list[str]] = {}  # override key -> the methods whose config lacks it
+    for method in methods:
+        per_method[method], skipped = overrides_for(method, overrides)
+        for key in skipped:
+            not_in.setdefault(key, []).append(method)
+        parse_config([config, "--method", method, *per_method[method], *first_seed])  # fail before any run
+    for key, lacking in not_in.items():
+        if len(lacking) == len(methods):
+            raise ConfigError(f"{key}: none of {', '.join(methods)} has this option")
+        print(f"passk compare: --{key} goes to {', '.join(m for m in methods if m not in lacking)} only", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     run_dirs = []
-    jobs = [(c, n, s) for s in seed_list for c, n in zip(configs, names)]
-    for i, (config, name, run_seed) in enumerate(jobs, 1):
-        if len(seed_list) > 1:
-            name = f"{name}-seed{run_seed}"
+    jobs = [(m, s) for s in seed_list for m in methods]
+    for i, (method, run_seed) in enumerate(jobs, 1):
+        name = f"{method}-seed{run_seed}" if len(seed_list) > 1 else method
         run_dir = out / name
         seed_args = ["--seed", run_seed] if run_seed is not None else []
-        argv = [config, *common, *seed_args, "--output_dir", str(run_dir)]
+        argv = [config, "--method", method, *per_method[method], *seed_args, "--output_dir", str(run_dir)]
         head = f"passk compare [{i}/{len(jobs)}] {name}"
         t0 = time.time()
         if in_process:
@@ -392,32 +433,22 @@ def compare(
 # ------------------------------------------------------------------------------------------------------ demo
 
 
-def demo_configs(methods: Sequence[str] | None = None) -> list[Path]:
-    """The shipped demo configs (one per method), optionally only `methods`."""
-    found = {load_yaml(p)["method"]: p for p in shipped_configs(DEMO_PATTERN)}
-    if methods:
-        missing = [m for m in methods if m not in found]
-        if missing:
-            raise CliError(f"--methods: no demo config for {', '.join(missing)}; have {', '.join(found)}")
-        return [found[m] for m in methods]
-    return list(found.values())
-
-
 def cmd_demo(argv: Sequence[str]) -> int:
     args = list(argv)
     if args and args[0] in ("-h", "--help"):
         print("usage: passk demo [--out DIR] [--methods a,b,...] [--in_process] [--verbose] [--key value ...]\n\n"
               "Every method side by side on CPU: the tiny task model, warm-started once (cached) on the learnable\n"
-              f"task, then RL with each method; configs experiments/configs/{DEMO_PATTERN}. Ends with the report path.")  # fmt: skip
+              f"task, then RL with each method on the budget experiments/configs/{DEMO_CONFIG}.yaml. Ends with the\n"
+              "report path.")  # fmt: skip
         return 0
     out = Path(str(_pop_flag(args, "out") or DEMO_OUT))
-    methods = _pop_flag(args, "methods")
+    methods = parse_methods(_pop_flag(args, "methods"))
     in_process = bool(_pop_flag(args, "in_process", has_value=False))
     verbose = bool(_pop_flag(args, "verbose", has_value=False))
-    configs = [str(p) for p in demo_configs(str(methods).split(",") if methods else None)]
+    config = str(config_path(DEMO_CONFIG))
     t0 = time.time()
     # Build the shared warm-started model once, here, so every run finds it in the cache.
-    exp, cfg = parse_config([configs[0], *args])
+    exp, cfg = parse_config([config, "--method", methods[0], *overrides_for(methods[0], args)[0]])
     from experiments.train import resolve_base_model, setup_torch, warm_started_model
 
     setup_torch(exp, cfg)
@@ -425,8 +456,8 @@ def cmd_demo(argv: Sequence[str]) -> int:
     if exp.warm_start_steps:
         print(f"passk demo: warm start ({exp.warm_start_steps} SFT steps, cached)", flush=True)
         warm_started_model(base, exp.warm_start_steps, seed=exp.split_seed)
-    report = compare(configs, out, overrides=args, in_process=in_process, verbose=verbose)
-    print(f"passk demo: {len(configs)} methods in {time.time() - t0:.0f}s")
+    report = compare(config, out, methods=methods, overrides=args, in_process=in_process, verbose=verbose)
+    print(f"passk demo: {len(methods)} methods in {time.time() - t0:.0f}s")
     print(f"passk demo: report: {report}")
     return 0
 
@@ -447,9 +478,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", metavar="{train,eval,compare,demo}")
     helps = {
-        "train": "train one method from a YAML config (+ --key value overrides)",
+        "train": "train one method (--method) on a budget file (+ --key value overrides)",
         "eval": "pass@k of a model, run directory or checkpoint",
-        "compare": "run several configs with one seed and budget, write one report",
+        "compare": "run every method (--methods) on one budget file and seed, write one report",
         "demo": "every method on CPU (tiny model, learnable task), ends with the report path",
     }
     for name, text in helps.items():

@@ -1,7 +1,9 @@
-"""Experiment configuration: one flat YAML plus command-line overrides, parsed the way TRL parses its own.
+"""Experiment configuration: one flat YAML per budget plus command-line overrides, parsed the way TRL parses its own.
 
-A run is described by two dataclasses, parsed together by `TrlParser` so that every field is both a YAML key and
-a `--flag`:
+A file in experiments/configs/ describes a budget (model, data, sampling, how many fresh prompts, evaluation),
+shared by every method; the method comes from the command line (`--method ppo`) or, for a single-method file,
+from its `method:` key. A run is described by two dataclasses, parsed together by `TrlParser` so that every field
+is both a YAML key and a `--flag`:
 
 - `ExperimentArgs` (this file): what the runner needs around the trainer: method, model, data and split,
   prompt style, reward, pass@k evaluation, LoRA, resume, torch threads.
@@ -11,6 +13,12 @@ a `--flag`:
 Precedence, lowest first: the config class's own defaults, passk's defaults (`PASSK_TRAINER_DEFAULTS`), the
 method's `MethodSpec.defaults`, the YAML file, the command line. `method` is read first (command line, then YAML)
 because it decides which config class the rest is parsed into.
+
+A shared budget file (one without `method:`) keeps comparisons fair by construction: it may not set a method's
+own hyperparameters (`MethodSpec.hparams`: KL coefficients, baselines, PPO's critic and λ, clipping, epochs),
+and a key that only some methods' configs have (`logprob_temperature`, `loss_normalization`) applies to those
+and is listed in `ExperimentArgs.not_applicable` for the others. `budget_prompts` sets every method's optimizer
+steps (experiments.budget), `output_dir` may hold `{method}`.
 
 Every problem is a `ConfigError` whose message is one line naming the key, raised before any model is loaded:
 an unknown key, a value of the wrong type, a value out of range, a combination TRL would reject after loading
@@ -41,17 +49,15 @@ BUILTIN_REWARDS = ("unit_test", "partial", "format")
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 # passk's defaults for trainer-config keys, below the method's and the YAML's: local TensorBoard logs,
-# per-step metrics for the report's curves. (transformers 5 defaults report_to to "none".)
-PASSK_TRAINER_DEFAULTS: dict[str, Any] = {"report_to": ["tensorboard"], "logging_steps": 1}
+# per-step metrics for the report's curves, one folder per method. (transformers 5 defaults report_to to "none".)
+PASSK_TRAINER_DEFAULTS: dict[str, Any] = {
+    "report_to": ["tensorboard"],
+    "logging_steps": 1,
+    "output_dir": "runs/{method}",
+}
 
-# Keys that set how much a run trains and samples. `passk compare` refuses configs that disagree on them,
-# so methods are compared on the same budget.
-BUDGET_KEYS: tuple[str, ...] = (
-    "model", "dataset", "n_train", "n_eval", "split_seed", "style", "warm_start_steps",
-    "max_steps", "num_train_epochs", "per_device_train_batch_size", "gradient_accumulation_steps",
-    "num_generations", "max_completion_length", "temperature", "top_p", "learning_rate",
-    "eval_n", "eval_ks", "eval_temperature", "eval_top_p", "eval_max_new_tokens", "seed",
-)  # fmt: skip
+# Sampling keys that `model_generation_config: true` takes from the model's generation_config.
+MODEL_SAMPLING_KEYS: tuple[str, ...] = ("top_k", "min_p", "repetition_penalty")
 
 
 class ConfigError(ValueError):
@@ -85,6 +91,23 @@ class ExperimentArgs:
         system_prompt (`str` or `None`): System message for chat style; None keeps the template's default.
         warm_start_steps (`int`, defaults to `0`): Supervised steps on the learnable task before RL (0: none).
             The warm-started model is cached, so methods compared with the same value share it.
+
+    > Budget: what every method of a comparison samples (experiments.budget)
+
+    Parameters:
+        budget_prompts (`int`, defaults to `0`): Fresh prompts to sample over the run, each with `num_generations`
+            completions. When > 0 the runner derives each method's `max_steps` from it: a method that reuses each
+            generation batch for `num_iterations` epochs (PPO) gets that many times the optimizer steps and the
+            same fresh samples. 0: `max_steps` / `num_train_epochs` as given (then setting max_steps is allowed).
+        prompts_per_epoch (`int`, defaults to `0`): The seed's prompt schedule: each epoch a fresh seeded random
+            draw of this many of the `n_train` prompts without replacement, the training rows laid out in that
+            order (`budget_prompts` rows) and the trainer's shuffling off (`shuffle_dataset: false`). 0: TRL's
+            sampler walks the shuffled training set.
+        model_generation_config (`bool`, defaults to `False`): Keep the model's own generation_config in force
+            when sampling, in training and evaluation (its top_k, min_p and repetition_penalty, transformers'
+            generate defaults where it sets none), as the seed's `model.generate` calls do; the values applied are
+            recorded in run.json. False: the config's values (TRL's top_k 0 and repetition_penalty 1 by default;
+            evaluation pins the same).
 
     > Reward
 
@@ -136,6 +159,15 @@ class ExperimentArgs:
     style: Literal["completion", "chat"] = field(default="completion", metadata={"help": "Prompt style."})
     system_prompt: str | None = field(default=None, metadata={"help": "System message (chat style)."})
     warm_start_steps: int = field(default=0, metadata={"help": "SFT steps on the learnable task before RL."})
+    budget_prompts: int = field(
+        default=0, metadata={"help": "Fresh prompts to sample; derives each method's max_steps (0: max_steps)."}
+    )
+    prompts_per_epoch: int = field(
+        default=0, metadata={"help": "Seed schedule: a fresh random draw of N prompts per epoch (0: TRL's sampler)."}
+    )
+    model_generation_config: bool = field(
+        default=False, metadata={"help": "Sample with the model's own generation_config (top_k, repetition_penalty)."}
+    )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["unit_test"],
         metadata={"help": "unit_test | partial | format | dotted.path.to.callable (one or more)."},
@@ -164,6 +196,8 @@ class ExperimentArgs:
     resume: bool = field(default=False, metadata={"help": "Resume from the last checkpoint in output_dir."})
     num_threads: int = field(default=1, metadata={"help": "torch threads on CPU (0: torch's default)."})
     save_model: bool = field(default=True, metadata={"help": "Save the final model to output_dir."})
+    # Set by parse_config: keys of the file that this method's config does not have, with the reason.
+    not_applicable: dict[str, str] = field(default_factory=dict, init=False)
 
 
 # ---------------------------------------------------------------------------------------------------- parsing
@@ -282,15 +316,95 @@ def _check_types(values: dict[str, Any], classes: Sequence[type], source: str) -
             raise ConfigError(f"{key}: {value!r} (from {source}) is not a valid {tp}")
 
 
+def _init_fields(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls) if f.init}
+
+
+DEVICE_KEYS: tuple[str, ...] = ("use_cpu", "bf16", "fp16")
+
+
+def _as_bool(value: Any) -> bool:
+    return str(value).strip().lower() in ("true", "1", "yes", "y", "t")
+
+
+def _drop_flags(args: Sequence[str], keys: Sequence[str]) -> list[str]:
+    """args without the `--key value` / `--key=value` flags of `keys`."""
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        name = a[2:].split("=", 1)[0] if a.startswith("--") else None
+        if name in keys:
+            skip = "=" not in a
+            continue
+        out.append(a)
+    return out
+
+
+def _flag_keys(args: Sequence[str]) -> list[str]:
+    """The keys of the `--key value` / `--key=value` flags in args, in order."""
+    return [a[2:].split("=", 1)[0] for a in args if a.startswith("--") and len(a) > 2]
+
+
+def method_hparam_owners() -> dict[str, list[str]]:
+    """Each method hyperparameter (`MethodSpec.hparams` and `defaults` keys) -> the methods that own it."""
+    from experiments.trainers import METHODS
+
+    owners: dict[str, list[str]] = {}
+    for name, spec in METHODS.items():
+        for key in (*spec.hparams, *spec.defaults):
+            if name not in owners.setdefault(key, []):
+                owners[key].append(name)
+    return owners
+
+
+def _all_method_fields() -> set[str]:
+    from experiments.trainers import METHODS
+
+    return {f for spec in METHODS.values() for f in _init_fields(spec.config_cls)}
+
+
+def overrides_for(method: str, overrides: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split `--key value ...` overrides into those `method`'s config (or ExperimentArgs) accepts and the keys it
+    does not have but another method's config does (`passk compare` passes those only where they apply). Keys no
+    config knows are kept, so that parse_config rejects them by name."""
+    accepted = _init_fields(ExperimentArgs) | _init_fields(method_spec(method).config_cls)
+    elsewhere = _all_method_fields()
+    kept: list[str] = []
+    skipped: list[str] = []
+    drop = False
+    for a in overrides:
+        if a.startswith("--") and len(a) > 2:
+            key = a[2:].split("=", 1)[0]
+            drop = key not in accepted and key in elsewhere
+            if drop:
+                skipped.append(key)
+        if not drop:
+            kept.append(a)
+    return kept, skipped
+
+
 def parse_config(
-    argv: Sequence[str] | None = None, *, config: str | os.PathLike[str] | None = None
+    argv: Sequence[str] | None = None,
+    *,
+    config: str | os.PathLike[str] | None = None,
+    device_free: bool = False,
 ) -> tuple[ExperimentArgs, Any]:
     """Parse `[CONFIG] [--key value ...]` into `(ExperimentArgs, <method config>)`.
 
     Nothing heavy happens here: no model, tokenizer or dataset is loaded, so this is safe to call on any
     machine. Values are checked by `validate` (called here) except the device-dependent ones that the config
     class itself checks in `__post_init__` (e.g. bf16 without a GPU), which surface as a ConfigError too.
+    With `budget_prompts`, the returned config's `max_steps` is the one derived for this method.
+
+    `device_free=True` (`passk train --check`) parses without touching an accelerator: the config class is built
+    for the CPU (its `__post_init__` would otherwise query the GPU for bf16 and set up the device), then
+    `use_cpu`, `bf16` and `fp16` are set back to the values asked for, so a GPU config checks out on any machine.
     """
+    from experiments.trainers import METHODS
+
     args = list(sys.argv[1:] if argv is None else argv)
     path, cli = split_config_argv(args)
     if config is not None:
@@ -304,26 +418,48 @@ def parse_config(
         for k, v in env.items():
             os.environ[str(k)] = str(v)
 
-    method = _cli_value(cli, "method") or data.get("method")
+    file_method = data.get("method")
+    method = _cli_value(cli, "method") or file_method
     if not method:
-        raise ConfigError(f"method: not set in {source}; add `method: <name>` or pass --method")
+        raise ConfigError(
+            f"method: not set in {source}; pass --method with one of {', '.join(METHODS)} (or add `method:`)"
+        )
     spec = method_spec(str(method))
     config_cls = spec.config_cls
 
-    exp_fields = {f.name for f in dataclasses.fields(ExperimentArgs)}
-    cfg_fields = {f.name for f in dataclasses.fields(config_cls)}
+    exp_fields = _init_fields(ExperimentArgs)
+    cfg_fields = _init_fields(config_cls)
     clash = sorted(exp_fields & cfg_fields)
     if clash:  # would be an argparse conflict; say which key
         raise ConfigError(f"{clash[0]}: defined by both ExperimentArgs and {config_cls.__name__}")
-    unknown = [k for k in data if k not in exp_fields | cfg_fields]
+    elsewhere = _all_method_fields()
+    unknown = [k for k in data if k not in exp_fields | cfg_fields | elsewhere]
     if unknown:
         raise ConfigError(
-            f"{unknown[0]}: unknown key in {source} (not a field of ExperimentArgs or {config_cls.__name__})"
+            f"{unknown[0]}: unknown key in {source} (not a field of ExperimentArgs or of any method's config)"
         )
+    if not file_method:  # a budget file, shared by every method: the methods' own hyperparameters stay theirs
+        owners = method_hparam_owners()
+        own = [k for k in data if k in owners]
+        if own:
+            raise ConfigError(
+                f"{own[0]}: a hyperparameter of {', '.join(owners[own[0]])} (METHODS) cannot be set in the shared "
+                f"budget file {source}; pass --{own[0]} for one run, or add `method:` to make it a one-method file"
+            )
+    not_applicable = {
+        k: f"{config_cls.__name__} has no such option" for k in data if k not in exp_fields | cfg_fields
+    }
+    for key in not_applicable:
+        del data[key]
     _check_types(data, (ExperimentArgs, config_cls), source)
 
+    explicit = set(data) | set(_flag_keys(cli))
     parser = _trl_parser_cls()((ExperimentArgs, config_cls), allow_abbrev=False)
     layered = {**PASSK_TRAINER_DEFAULTS, **dict(spec.defaults), **data}
+    if device_free:
+        asked = {k: _as_bool(_cli_value(cli, k)) if _cli_value(cli, k) is not None else layered.get(k) for k in DEVICE_KEYS}
+        cli = _drop_flags(cli, DEVICE_KEYS)
+        layered.update(use_cpu=True, bf16=False, fp16=False)
     parser.set_defaults_with_config(**layered)
     try:
         exp, cfg, rest = parser.parse_args_into_dataclasses(args=cli, return_remaining_strings=True)
@@ -335,9 +471,46 @@ def parse_config(
     if rest:
         flag = next((r for r in rest if r.startswith("-")), rest[0])
         raise ConfigError(f"{flag.lstrip('-').split('=')[0]}: unknown option {flag!r}")
+    if device_free:
+        cfg.use_cpu, cfg.fp16 = bool(asked["use_cpu"]), bool(asked["fp16"])
+        cfg.bf16 = (not cfg.fp16) if asked["bf16"] is None else bool(asked["bf16"])  # TRL: bf16 unless fp16
     exp.method = str(method)
+    exp.not_applicable = not_applicable
+    cfg.output_dir = str(cfg.output_dir).replace("{method}", exp.method)
+    _apply_budget(exp, cfg, explicit)
     validate(exp, cfg)
     return exp, cfg
+
+
+def _apply_budget(exp: ExperimentArgs, cfg: Any, explicit: set[str]) -> None:
+    """budget_prompts -> max_steps; the prompt schedule turns shuffling off; model_generation_config owns the
+    sampling keys it reads from the model."""
+    from experiments.budget import derive_max_steps
+
+    for key in ("budget_prompts", "prompts_per_epoch"):
+        if getattr(exp, key) < 0:
+            raise ConfigError(f"{key}: must be >= 0, got {getattr(exp, key)}")
+    if exp.budget_prompts:
+        if "max_steps" in explicit:
+            raise ConfigError(
+                f"max_steps: derived per method from budget_prompts ({exp.budget_prompts} fresh prompts); pass "
+                "--budget_prompts N instead, or --budget_prompts 0 to give max_steps yourself"
+            )
+        cfg.max_steps = derive_max_steps(exp.budget_prompts, cfg)
+    if exp.prompts_per_epoch:
+        if not exp.budget_prompts:
+            raise ConfigError("prompts_per_epoch: the schedule needs budget_prompts (how many prompts it holds)")
+        if exp.prompts_per_epoch > exp.n_train:
+            raise ConfigError(f"prompts_per_epoch: {exp.prompts_per_epoch} is more than n_train ({exp.n_train})")
+        if "shuffle_dataset" in explicit and cfg.shuffle_dataset:
+            raise ConfigError("shuffle_dataset: must be false with prompts_per_epoch (the schedule sets the order)")
+        cfg.shuffle_dataset = False
+    if exp.model_generation_config:
+        taken = [k for k in MODEL_SAMPLING_KEYS if k in explicit]
+        if taken:
+            raise ConfigError(
+                f"{taken[0]}: model_generation_config takes it from the model's generation_config; set one of them"
+            )
 
 
 def _one_line(e: BaseException, fields: Sequence[str] = ()) -> str:
@@ -483,9 +656,3 @@ def to_dict(exp: ExperimentArgs, cfg: Any) -> dict[str, Any]:
     trainer = cfg.to_dict() if hasattr(cfg, "to_dict") else dataclasses.asdict(cfg)
     out.update({k: v for k, v in trainer.items() if not k.startswith("_")})
     return out
-
-
-def budget(exp: ExperimentArgs, cfg: Any) -> dict[str, Any]:
-    """The BUDGET_KEYS of a parsed config, for comparing runs."""
-    flat = to_dict(exp, cfg)
-    return {k: flat.get(k) for k in BUDGET_KEYS}

@@ -2,8 +2,9 @@
 
 Entry point for both launchers, which do the same thing::
 
-    passk train experiments/configs/grpo_cpu.yaml [--key value ...]
-    accelerate launch [--config_file accelerate_configs/X.yaml] -m experiments.train CONFIG [--key value ...]
+    passk train cpu --method grpo [--key value ...]
+    accelerate launch [--config_file accelerate_configs/X.yaml] -m experiments.train experiments/configs/seed.yaml \
+        --method ppo [--key value ...]
 
 Order matters: the config is parsed and checked, the data rows are built and the reward functions resolved
 before any model is loaded, so a bad value costs a second, not a model load. Then, in `output_dir`:
@@ -11,7 +12,9 @@ before any model is loaded, so a bad value costs a second, not a model load. The
 - `eval_before.json`: pass@k of the starting model on the eval split (main process only);
 - trainer checkpoints and `trainer_state.json` (TRL's per-step metrics), TensorBoard logs in `runs/`;
 - `eval_after.json`: pass@k of the trained model, same settings and seed;
-- `run.json`: config, seed, method, wall time, tokens/s, versions.
+- `sampled_prompts.jsonl`: the prompts, completions and tokens of every generation batch (experiments.budget);
+- `run.json`: config, seed, method, its hyperparameters (`method_hparams`), the budget counted (`budget`), the
+  sampling settings applied (`sampling`), wall time, tokens/s, versions.
 
 Multi-process runs evaluate on the main process while the others wait at a barrier (DDP holds full weights on
 every rank). Sharded runs (FSDP, DeepSpeed ZeRO-3) evaluate the saved model, reloaded on the main process.
@@ -63,6 +66,70 @@ def build_datasets(exp: ExperimentArgs) -> tuple[Any, Any]:
         evaluation = train.select([])
     rows = {"style": exp.style, "system_prompt": exp.system_prompt}
     return to_rl_rows(train, **rows), to_rl_rows(evaluation, **rows)
+
+
+def scheduled_rows(exp: ExperimentArgs, train_rows: Any, seed: int) -> Any:
+    """The training rows in the order the trainer will walk them: with `prompts_per_epoch`, the seed's schedule of
+    `budget_prompts` rows (experiments.budget.prompt_schedule, seeded with the training seed; the config turned
+    the trainer's shuffling off); else the rows unchanged."""
+    if not exp.prompts_per_epoch:
+        return train_rows
+    from experiments.budget import prompt_schedule
+
+    return train_rows.select(prompt_schedule(len(train_rows), exp.prompts_per_epoch, exp.budget_prompts, seed))
+
+
+# -------------------------------------------------------------------------------------------------- sampling
+
+
+def model_sampling(model_path: str) -> dict[str, Any]:
+    """The sampling values `model.generate` would use for `MODEL_SAMPLING_KEYS`: the model's generation_config,
+    else transformers' generate defaults (top_k 50, repetition_penalty 1.0); `source` says which, per key."""
+    from transformers import GenerationConfig
+
+    from experiments.config import MODEL_SAMPLING_KEYS
+
+    try:
+        model_config = GenerationConfig.from_pretrained(model_path)
+    except OSError:  # no generation_config.json: generate() uses its defaults
+        model_config = None
+    getter = getattr(GenerationConfig, "_get_default_generation_params", None)
+    defaults = getter() if getter else {"top_k": 50, "repetition_penalty": 1.0}
+    values: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    for key in MODEL_SAMPLING_KEYS:
+        value = getattr(model_config, key, None) if model_config is not None else None
+        source[key] = "model generation_config" if value is not None else "transformers generate default"
+        values[key] = value if value is not None else defaults.get(key)
+    return {**values, "source": source}
+
+
+def apply_model_sampling(exp: ExperimentArgs, cfg: Any, model_path: str) -> dict[str, Any]:
+    """With `model_generation_config`, put the model's sampling values into the trainer config (and return them
+    for evaluation); the record of what sampling used, for run.json."""
+    from experiments.config import MODEL_SAMPLING_KEYS
+
+    read = model_sampling(model_path) if exp.model_generation_config else None
+    if read is not None:
+        for key in MODEL_SAMPLING_KEYS:
+            if read[key] is not None and hasattr(cfg, key):
+                setattr(cfg, key, read[key])
+    applied = {key: getattr(cfg, key, None) for key in ("temperature", "top_p", *MODEL_SAMPLING_KEYS)}
+    return {
+        "from_model_generation_config": bool(read),
+        **applied,
+        "source": read["source"] if read else {key: "config" for key in MODEL_SAMPLING_KEYS},
+        "eval": eval_generation_kwargs(read),
+    }
+
+
+def eval_generation_kwargs(read: dict[str, Any] | None) -> dict[str, Any]:
+    """The generation kwargs evaluation adds to its pinned settings: the model's values, when kept in force."""
+    if not read:
+        return {}
+    from experiments.config import MODEL_SAMPLING_KEYS
+
+    return {key: read[key] for key in MODEL_SAMPLING_KEYS if read[key] is not None}
 
 
 # --------------------------------------------------------------------------------------------------- rewards
@@ -227,8 +294,9 @@ def lora_config(exp: ExperimentArgs) -> Any:
 # ------------------------------------------------------------------------------------------------ evaluation
 
 
-def eval_kwargs(exp: ExperimentArgs, seed: int) -> dict[str, Any]:
-    """`evaluate_model` keyword arguments from the config (the same before, during and after training)."""
+def eval_kwargs(exp: ExperimentArgs, seed: int, generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`evaluate_model` keyword arguments from the config (the same before, during and after training);
+    `generation_kwargs` are the model's sampling values when `model_generation_config` keeps them in force."""
     return {
         "n_samples": exp.eval_n,
         "ks": tuple(exp.eval_ks),
@@ -240,6 +308,7 @@ def eval_kwargs(exp: ExperimentArgs, seed: int) -> dict[str, Any]:
         "batch_size": exp.eval_batch_size,
         "style": exp.style,
         "sandbox_kwargs": {"timeout": exp.reward_timeout, "memory_mb": exp.reward_memory_mb},
+        **({"generation_kwargs": generation_kwargs} if generation_kwargs else {}),
     }
 
 
@@ -249,10 +318,18 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def _evaluate(model: Any, tokenizer: Any, rows: Any, exp: ExperimentArgs, seed: int, out: Path) -> dict:
+def _evaluate(
+    model: Any,
+    tokenizer: Any,
+    rows: Any,
+    exp: ExperimentArgs,
+    seed: int,
+    out: Path,
+    generation_kwargs: dict[str, Any] | None = None,
+) -> dict:
     from experiments.evaluation import evaluate_model
 
-    result = evaluate_model(model, tokenizer, rows, progress=True, **eval_kwargs(exp, seed))
+    result = evaluate_model(model, tokenizer, rows, progress=True, **eval_kwargs(exp, seed, generation_kwargs))
     data = result.to_dict()
     _write_json(out, data)
     logger.info("%s: %s", out.name, ", ".join(f"{k}={v:.4f}" for k, v in result.scalars("").items()))
@@ -314,6 +391,7 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
     # Everything that can fail on a bad value, before any model is loaded.
     spec = method_spec(exp.method or "")
     train_rows, eval_rows = build_datasets(exp)
+    train_rows = scheduled_rows(exp, train_rows, cfg.seed)
     reward_funcs = build_reward_funcs(exp)
     peft_config = lora_config(exp)
 
@@ -322,8 +400,12 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
         if exp.warm_start_steps:
             model_path = warm_started_model(model_path, exp.warm_start_steps, seed=exp.split_seed)
     out.mkdir(parents=True, exist_ok=True)
-    logger.info("method=%s model=%s train=%d eval=%d out=%s", exp.method, model_path, len(train_rows),
-                len(eval_rows), out)  # fmt: skip
+    sampling = apply_model_sampling(exp, cfg, model_path)
+    eval_gen = sampling["eval"]
+    logger.info("method=%s model=%s train=%d eval=%d max_steps=%d out=%s", exp.method, model_path,
+                len(train_rows), len(eval_rows), cfg.max_steps, out)  # fmt: skip
+    for key, reason in exp.not_applicable.items():
+        logger.warning("%s: not used by %s (%s)", key, exp.method, reason)
 
     from transformers import AutoTokenizer
 
@@ -338,7 +420,7 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
             before = json.loads(path.read_text())
         else:
             model, eval_tok = load_for_eval(model_path, cfg)
-            before = _evaluate(model, eval_tok, eval_rows, exp, cfg.seed, path)
+            before = _evaluate(model, eval_tok, eval_rows, exp, cfg.seed, path, eval_gen)
             del model
     state.wait_for_everyone()
 
@@ -346,7 +428,7 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
     if exp.eval_every_n_steps and exp.n_eval:
         from experiments.evaluation import PassAtKCallback
 
-        kw = eval_kwargs(exp, cfg.seed)
+        kw = eval_kwargs(exp, cfg.seed, eval_gen)
         callbacks.append(
             PassAtKCallback(eval_rows, tokenizer=tokenizer, every_n_steps=exp.eval_every_n_steps, **kw)
         )
@@ -361,6 +443,11 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
         peft_config=peft_config,
         callbacks=callbacks,
     )
+    from experiments.budget import CHECKPOINT_SAMPLES_FILE, SAMPLES_FILE, SampleLog
+
+    previous = SampleLog.read(Path(resume_from) / CHECKPOINT_SAMPLES_FILE) if resume_from else []
+    samples = SampleLog(trainer, previous)
+    trainer.add_callback(samples.checkpoint_callback())
     t_train = time.time()
     train_output = trainer.train(resume_from_checkpoint=resume_from)
     train_seconds = time.time() - t_train
@@ -381,12 +468,15 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
             else:
                 model, eval_tok = trainer.accelerator.unwrap_model(trainer.model), tokenizer
             if model is not None:
-                after = _evaluate(model, eval_tok, eval_rows, exp, cfg.seed, out / "eval_after.json")
+                after = _evaluate(model, eval_tok, eval_rows, exp, cfg.seed, out / "eval_after.json", eval_gen)
         state.wait_for_everyone()
 
     if state.is_main_process:
-        _write_json(out / "run.json", run_record(exp, cfg, trainer, train_output, model_path, resume_from,
-                                                 t_start, train_seconds, before, after, state.num_processes))  # fmt: skip
+        samples.write(out / SAMPLES_FILE)
+        record = run_record(exp, cfg, trainer, train_output, model_path, resume_from, t_start, train_seconds,
+                            before, after, state.num_processes)  # fmt: skip
+        record.update(run_budget_record(exp, cfg, trainer, samples, state.num_processes, sampling))
+        _write_json(out / "run.json", record)
     state.wait_for_everyone()
     return out
 
@@ -444,6 +534,24 @@ def run_record(
         "torch_threads": torch.get_num_threads(),
     }
     return record
+
+
+def run_budget_record(
+    exp: ExperimentArgs, cfg: Any, trainer: Any, samples: Any, num_processes: int, sampling: dict[str, Any]
+) -> dict[str, Any]:
+    """The run.json keys about fairness: `method_hparams` (the method's own values, flat), `budget` (fresh prompts,
+    completions and tokens counted, optimizer steps, and the inputs), `sampling` (what generation applied) and
+    `not_applicable` (keys of the shared file this method's config does not have)."""
+    from experiments.budget import budget_record
+    from experiments.trainers import method_hparams
+
+    source = "budget_prompts" if exp.budget_prompts else "max_steps"
+    return {
+        "method_hparams": method_hparams(exp.method or "", cfg),
+        "budget": budget_record(exp, cfg, samples, trainer.state.global_step, num_processes, source),
+        "sampling": sampling,
+        "not_applicable": dict(exp.not_applicable),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,4 +1,5 @@
-"""The `passk` command line: help, --check, compare's budget guard, an end-to-end `passk train`, LoRA + eval."""
+"""The `passk` command line: help, --check (the GPU file on CPU too), compare on one budget file, an end-to-end
+`passk train`, LoRA + eval."""
 
 from __future__ import annotations
 
@@ -42,32 +43,53 @@ def test_unknown_subcommand_is_an_error(capsys: pytest.CaptureFixture[str]) -> N
 def test_check_prints_the_resolved_config_and_loads_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     from experiments.cli import main
 
-    assert main(["train", "grpo_cpu", "--check", "--learning_rate", "2e-6"]) == 0
+    assert main(["train", "cpu", "--method", "grpo", "--check", "--learning_rate", "2e-6"]) == 0
     out = capsys.readouterr().out
     resolved = yaml.safe_load(out)
     assert resolved["method"] == "grpo" and resolved["learning_rate"] == pytest.approx(2e-6)
-    assert "nothing was loaded" in out
+    assert "nothing was loaded" in out and "# grpo hyperparameters (METHODS): beta=0.04" in out
 
 
-def test_compare_refuses_different_budgets_before_running(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_check_of_the_gpu_file_works_on_any_machine_and_touches_no_device(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """`passk train seed --method M --check` for every method on a machine that looks like a GPU machine (CUDA
+    "available") but where any use of the device fails: the bf16 GPU file checks out without touching it. A plain
+    parse would (GRPOConfig asks the GPU whether it supports bf16), which is what the refusing stubs prove."""
+    import torch
+
+    from experiments.cli import main
+    from experiments.config import parse_config
+    from experiments.trainers import METHODS
+
+    parse_config([str(CONFIGS / "cpu.yaml"), "--method", "grpo"])  # import the lazily loaded config classes before stubbing CUDA
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the device was touched")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for name in ("_lazy_init", "init", "current_device", "set_device", "is_bf16_supported", "device_count",
+                 "get_device_properties", "get_device_capability", "synchronize"):  # fmt: skip
+        monkeypatch.setattr(torch.cuda, name, refuse)
+    with pytest.raises(AssertionError, match="the device was touched"):
+        parse_config([str(CONFIGS / "seed.yaml"), "--method", "grpo"])
+    for method in METHODS:
+        assert main(["train", "seed", "--method", method, "--check"]) == 0, capsys.readouterr().err
+        out = capsys.readouterr().out
+        resolved = yaml.safe_load(out)
+        assert resolved["bf16"] is True and resolved["use_cpu"] is False, method
+        assert resolved["max_steps"] == (120 if method == "ppo" else 60), method
+        assert f"# {method} hyperparameters (METHODS):" in out and "no accelerator was touched" in out
+
+
+def test_compare_takes_one_budget_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from experiments import cli
 
-    other = yaml.safe_load((CONFIGS / "ppo_cpu.yaml").read_text())
-    other["max_steps"] = 99
-    (tmp_path / "ppo_long.yaml").write_text(yaml.safe_dump(other))
-
-    def no_run(*args, **kwargs):
-        raise AssertionError("a run started")
-
-    monkeypatch.setattr(cli.subprocess, "call", no_run)
-    rc = cli.main(
-        ["compare", str(CONFIGS / "grpo_cpu.yaml"), str(tmp_path / "ppo_long.yaml"), "--out", str(tmp_path)]
-    )
-    assert rc == 2
+    rc = cli.main(["compare", "cpu", "demo", "--out", str(tmp_path)])
     err = capsys.readouterr().err
-    assert "max_steps" in err and err.strip().count("\n") == 0
+    assert rc == 2 and "compare takes one budget file" in err and err.strip().count("\n") == 0
+    assert cli.main(["compare", "cpu", "--methods", "grpo,ppo2", "--out", str(tmp_path)]) == 2
+    assert "--methods: unknown method 'ppo2'" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -75,8 +97,8 @@ def test_passk_train_end_to_end(tmp_path: Path, passk_cache: Path, tiny_model_di
     """`passk train` on a shipped cpu config, 2 steps, in a fresh process: every file of the run layout."""
     out = tmp_path / "run"
     cmd = [
-        sys.executable, "-m", "experiments.cli", "train", "grpo_cpu", "--model", str(tiny_model_dir),
-        "--max_steps", "2", "--n_eval", "4", "--save_steps", "1", "--output_dir", str(out),
+        sys.executable, "-m", "experiments.cli", "train", "cpu", "--method", "grpo", "--model", str(tiny_model_dir),
+        "--budget_prompts", "2", "--n_eval", "4", "--save_steps", "1", "--output_dir", str(out),
     ]  # fmt: skip
     proc = subprocess.run(
         cmd, capture_output=True, text=True, cwd=tmp_path, env=_env(passk_cache), timeout=600
@@ -87,8 +109,17 @@ def test_passk_train_end_to_end(tmp_path: Path, passk_cache: Path, tiny_model_di
     for name in ("eval_before.json", "eval_after.json"):
         ev = json.loads((out / name).read_text())
         assert ev["num_problems"] == 4 and set(ev["metrics"]) >= {"pass@1", "pass@2", "greedy_pass@1"}
+        first = [p["rewards"][0] >= 1.0 for p in ev["problems"]]
+        assert [p["first_sample_passed"] for p in ev["problems"]] == first  # the seed's pass@1, per problem
+        assert ev["metrics"]["first_sample_pass@1"]["value"] == sum(first) / 4
     run = json.loads((out / "run.json").read_text())
     assert run["method"] == "grpo" and run["seed"] == 42 and run["global_step"] == 2
+    assert run["method_hparams"]["beta"] == 0.04 and run["method_hparams"]["logprob_temperature"] == 0.8
+    budget = run["budget"]
+    assert (budget["fresh_prompts"], budget["fresh_completions"], budget["optimizer_steps"]) == (2, 4, 2)
+    assert budget["tokens_generated"] > 0 and budget["budget_prompts"] == 2
+    assert run["sampling"]["top_k"] == 0 and not run["sampling"]["from_model_generation_config"]
+    assert len((out / "sampled_prompts.jsonl").read_text().splitlines()) == 2
     assert run["wall_time_s"] > 0 and run["tokens_per_s"] > 0 and run["config"]["max_steps"] == 2
     assert run["device"] == "cpu" and run["torch_threads"] == 1
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
@@ -117,7 +148,7 @@ def test_lora_flag_trains_an_adapter_that_passk_eval_loads(
     out = tmp_path / "lora"
     common = ["--n_eval", "8", "--eval_n", "2", "--eval_ks", "1", "2", "--eval_every_n_steps", "0"]
     argv = [
-        "train", "reinforce_demo", "--model", model, "--warm_start_steps", "0", "--max_steps", "2",
+        "train", "demo", "--method", "reinforce", "--model", model, "--warm_start_steps", "0", "--budget_prompts", "8",
         "--per_device_train_batch_size", "16", "--num_generations", "4", "--n_train", "32",
         "--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--learning_rate", "1e-2",
         "--report_to", "none", "--output_dir", str(out), *common,
@@ -134,7 +165,7 @@ def test_lora_flag_trains_an_adapter_that_passk_eval_loads(
     # passk eval on the run directory loads base + adapter and scores it.
     capsys.readouterr()
     eval_out = tmp_path / "eval.json"
-    assert main(["eval", str(out), "--config", "reinforce_demo", *common, "--out", str(eval_out)]) == 0
+    assert main(["eval", str(out), "--config", "demo", *common, "--out", str(eval_out)]) == 0
     ev = json.loads(eval_out.read_text())
     assert ev["num_problems"] == 8 and "pass@1" in ev["metrics"]
 
@@ -149,10 +180,11 @@ def test_accelerate_command_launches_the_train_module() -> None:
     assert cmd[-5:] == ["-m", "experiments.train", "cfg.yaml", "--max_steps", "2"]
 
 
-def test_compare_runs_every_config_per_seed_with_the_same_overrides(
+def test_compare_runs_every_method_per_seed_on_one_budget_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The launch plan of `passk compare --seeds`: one run per (seed, config), each told its seed and directory."""
+    """The launch plan of `passk compare CONFIG --methods --seeds`: one run per (seed, method), each told its method,
+    seed and directory, all on the same file; an option only some methods have goes to those only."""
     import experiments.report
     from experiments import cli
 
@@ -169,30 +201,38 @@ def test_compare_runs_every_config_per_seed_with_the_same_overrides(
         "write_report",
         lambda dirs, out: reported.update(dirs=dirs) or Path(out) / "report.md",
     )
-    configs = [str(CONFIGS / "grpo_cpu.yaml"), str(CONFIGS / "rloo_cpu.yaml")]
-    rc = cli.main(["compare", *configs, "--seeds", "3,4", "--out", str(tmp_path), "--max_steps", "1"])
-    assert rc == 0, capsys.readouterr().err
-    got = {(c[c.index("--seed") + 1], c[c.index("--output_dir") + 1]) for c in launched}
-    assert got == {(s, str(tmp_path / f"{m}-seed{s}")) for s in ("3", "4") for m in ("grpo", "rloo")}
-    assert all(c[c.index("--max_steps") + 1] == "1" for c in launched)
-    assert sorted(p.name for p in reported["dirs"]) == [
-        "grpo-seed3",
-        "grpo-seed4",
-        "rloo-seed3",
-        "rloo-seed4",
-    ]
+    argv = ["compare", "cpu", "--methods", "grpo,ppo", "--seeds", "3,4", "--out", str(tmp_path), "--budget_prompts",
+            "1", "--lam", "0.9"]  # fmt: skip
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert "--lam goes to ppo only" in capsys.readouterr().out
+    got = {(c[c.index("--method") + 1], c[c.index("--seed") + 1], c[c.index("--output_dir") + 1]) for c in launched}
+    assert got == {(m, s, str(tmp_path / f"{m}-seed{s}")) for s in ("3", "4") for m in ("grpo", "ppo")}
+    assert all(c[c.index("experiments.train") + 1] == str(CONFIGS / "cpu.yaml") for c in launched)
+    assert all(c[c.index("--budget_prompts") + 1] == "1" for c in launched)
+    assert all(("--lam" in c) == (c[c.index("--method") + 1] == "ppo") for c in launched)
+    assert sorted(p.name for p in reported["dirs"]) == ["grpo-seed3", "grpo-seed4", "ppo-seed3", "ppo-seed4"]
+    # An option no chosen method has is an error, before any run.
+    launched.clear()
+    assert cli.main(["compare", "cpu", "--methods", "grpo,rloo", "--lam", "0.9", "--out", str(tmp_path)]) == 2
+    assert "lam: none of grpo, rloo has this option" in capsys.readouterr().err and not launched
 
 
-def test_demo_covers_every_method_with_one_budget() -> None:
-    from experiments.cli import demo_configs
-    from experiments.config import budget, parse_config
+def test_demo_runs_every_method_on_the_demo_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from experiments import cli, train
+    from experiments.config import parse_config
     from experiments.trainers import METHODS
 
-    configs = demo_configs()
-    parsed = [parse_config([str(p)]) for p in configs]
-    assert sorted(exp.method for exp, _ in parsed) == sorted(METHODS)
-    budgets = [budget(exp, cfg) for exp, cfg in parsed]
-    assert all(b == budgets[0] for b in budgets)
-    assert budgets[0]["dataset"] == "learnable" and budgets[0]["warm_start_steps"] > 0
-    assert all(cfg.use_cpu and exp.num_threads == 1 for exp, cfg in parsed)
-    assert [p.name for p in demo_configs(["ppo", "grpo"])] == ["ppo_demo.yaml", "grpo_demo.yaml"]
+    calls = {}
+    monkeypatch.setattr(train, "warm_started_model", lambda *a, **k: "warm")
+    monkeypatch.setattr(train, "resolve_base_model", lambda exp: "base")
+    monkeypatch.setattr(cli, "compare", lambda config, out, **kw: calls.update(config=config, **kw) or out / "r.md")
+    assert cli.main(["demo", "--out", str(tmp_path)]) == 0, capsys.readouterr().err
+    assert calls["config"] == str(CONFIGS / "demo.yaml") and calls["methods"] == list(METHODS)
+    for method in METHODS:
+        exp, cfg = parse_config([calls["config"], "--method", method])
+        assert exp.dataset == "learnable" and exp.warm_start_steps > 0 and exp.budget_prompts == 320
+        assert cfg.use_cpu and exp.num_threads == 1
+    assert cli.main(["demo", "--out", str(tmp_path), "--methods", "ppo,grpo"]) == 0
+    assert calls["methods"] == ["ppo", "grpo"]

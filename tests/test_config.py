@@ -1,4 +1,4 @@
-"""Config parsing: YAML + command-line overrides, precedence, one-line errors naming the key, shipped YAMLs.
+"""Config parsing: YAML + command-line overrides, precedence, one-line errors naming the key, the budget files.
 
 Nothing here loads a model: `no_model_loads` makes any attempt fail the test.
 """
@@ -11,17 +11,15 @@ import pytest
 import yaml
 
 from experiments.config import (
-    BUDGET_KEYS,
     ConfigError,
     ExperimentArgs,
-    budget,
     parse_config,
     shipped_configs,
 )
 
-SEED_FILE = "000_a89d4566d7285a51.txt"
-FAMILIES = ("", "_cpu", "_smollm2", "_smollm2_learnable", "_demo")
-# What the shipped GPU configs must reproduce from the seed's TrainingConfig and evaluate_model call.
+BUDGETS = ("cpu", "demo", "seed", "smollm2", "smollm2_learnable", "throughput")
+# What seed.yaml must reproduce from the seed's TrainingConfig, training loop and evaluate_model call
+# (docs/seed-fidelity.md has the full table).
 SEED_HYPERPARAMETERS = {
     "model": "Qwen/Qwen2.5-Coder-1.5B-Instruct",
     "dataset": "humaneval",
@@ -32,7 +30,13 @@ SEED_HYPERPARAMETERS = {
     "temperature": 0.8,
     "top_p": 0.9,
     "learning_rate": 1e-6,
-    "num_train_epochs": 3,
+    "lr_scheduler_type": "constant",
+    "budget_prompts": 60,
+    "prompts_per_epoch": 20,
+    "max_grad_norm": 0.0,
+    "logprob_temperature": 1.0,
+    "loss_normalization": "token",
+    "model_generation_config": True,
     "eval_n": 5,
     "eval_temperature": 0.7,
     "eval_top_p": 0.9,
@@ -123,6 +127,14 @@ def test_method_from_command_line_picks_the_config_class(tmp_path: Path, no_mode
         ("method: grpo\nwarm_start_steps: 10\n", [], "warm_start_steps"),
         ("method: nope\n", [], "method"),
         ("model: tiny\n", [], "method"),
+        ("model: tiny\nkl_coef: 0.1\n", ["--method", "ppo"], "kl_coef"),
+        ("method: grpo\nnum_generations: 2\nper_device_train_batch_size: 4\nbudget_prompts: 3\n", [], "budget_prompts"),
+        ("method: grpo\nbudget_prompts: 8\nmax_steps: 4\n", [], "max_steps"),
+        ("method: grpo\nprompts_per_epoch: 4\n", [], "prompts_per_epoch"),
+        ("method: grpo\nbudget_prompts: 8\nprompts_per_epoch: 60\n", [], "prompts_per_epoch"),
+        ("method: grpo\nbudget_prompts: 8\nprompts_per_epoch: 4\nshuffle_dataset: true\n", [], "shuffle_dataset"),
+        ("method: grpo\nmodel_generation_config: true\n", ["--top_k", "5"], "top_k"),
+        ("method: grpo\n", ["--budget_prompts", "-1"], "budget_prompts"),
     ],
 )
 def test_bad_values_fail_with_one_line_naming_the_key(
@@ -153,61 +165,113 @@ def test_bad_value_through_passk_train_is_one_line_and_loads_nothing(
     assert err.count("\n") == 0 and "eval_top_p" in err, err
 
 
-def test_every_shipped_yaml_parses(no_model_loads: None) -> None:
-    """Every shipped file parses into its method's config (the 35 per-method files; a budget file without `method:`
-    is parsed with --method). The GPU ones are parsed with the device keys switched to
-    CPU, because GRPOConfig refuses bf16 on a machine without a GPU; the rest of their values are checked."""
+def test_one_budget_file_per_scenario_and_every_method_parses_from_each(no_model_loads: None) -> None:
+    """Each file, with each method. The GPU file is parsed as `--check` does (device_free): GRPOConfig would
+    otherwise query the GPU for bf16; its device values are kept as written."""
     from experiments.trainers import METHODS
 
     files = shipped_configs()
-    per_method = [p for p in files if "method" in yaml.safe_load(p.read_text())]  # the others take --method
-    assert {p.name for p in per_method} == {f"{m}{f}.yaml" for m in METHODS for f in FAMILIES}
+    assert [p.stem for p in files] == list(BUDGETS)
     for path in files:
         raw = yaml.safe_load(path.read_text())
-        gpu = "use_cpu" not in raw
-        extra = ["--use_cpu", "true", "--bf16", "false"] if gpu else []
-        extra += [] if "method" in raw else ["--method", "ppo"]
-        exp, cfg = parse_config([str(path), *extra])
-        assert exp.method == raw.get("method", "ppo") and isinstance(cfg, METHODS[exp.method].config_cls), path.name
-        if not gpu:  # the project's CPU rule
-            assert cfg.use_cpu and not cfg.bf16 and not cfg.activation_checkpointing, path.name
-            assert exp.num_threads >= 1, path.name
+        assert "method" not in raw, path.name  # the method comes from the command line
+        for method in METHODS:
+            exp, cfg = parse_config([str(path), "--method", method], device_free=True)
+            assert exp.method == method and isinstance(cfg, METHODS[method].config_cls), (path.name, method)
+            assert cfg.output_dir.endswith(f"/{method}"), cfg.output_dir
+            assert cfg.use_cpu == raw.get("use_cpu", False) and cfg.bf16 == raw["bf16"], (path.name, method)
+            if cfg.use_cpu:  # the project's CPU rule
+                assert not cfg.bf16 and not cfg.activation_checkpointing and exp.num_threads >= 1, path.name
 
 
-def test_gpu_configs_carry_the_seed_hyperparameters() -> None:
-    from experiments.trainers import METHODS
+def test_budget_files_leave_the_methods_hyperparameters_to_methods(no_model_loads: None) -> None:
+    from experiments.config import method_hparam_owners
 
-    gpu = [p for p in shipped_configs() if p.stem in METHODS]
-    assert len(gpu) == len(METHODS)
-    for path in gpu:
+    owners = method_hparam_owners()
+    assert {"kl_coef", "beta", "lam", "critic_learning_rate", "baseline", "num_iterations"} <= set(owners)
+    for path in shipped_configs():
         raw = yaml.safe_load(path.read_text())
-        for key, value in SEED_HYPERPARAMETERS.items():
-            assert raw[key] == (pytest.approx(value) if isinstance(value, float) else value), (path.name, key)
-        # One prompt x 2 generations per update, 3 epochs x 20 prompts = 60 updates.
-        assert raw["per_device_train_batch_size"] == 2 and raw["max_steps"] == 60, path.name
-        assert SEED_FILE in path.read_text(), path.name
+        assert not set(raw) & set(owners), (path.name, sorted(set(raw) & set(owners)))
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_each_family_shares_one_budget(family: str, no_model_loads: None) -> None:
-    """Within a family the files differ only in the method (and where they write), so compare is fair."""
+@pytest.mark.parametrize("name", BUDGETS)
+def test_every_method_gets_the_same_fresh_prompts(name: str, no_model_loads: None) -> None:
+    """The plan: max_steps derived per method so that each samples budget_prompts prompts (PPO, with two epochs per
+    generation batch, twice the optimizer steps). tests/test_budget.py counts what the trainers really sample."""
+    from experiments.budget import generation_shape
     from experiments.trainers import METHODS
 
-    budgets = {}
+    path = next(p for p in shipped_configs() if p.stem == name)
     for method in METHODS:
-        path = next(p for p in shipped_configs(f"{method}{family}.yaml"))
-        raw = yaml.safe_load(path.read_text())
-        extra = ["--use_cpu", "true", "--bf16", "false"] if "use_cpu" not in raw else []
-        budgets[method] = budget(*parse_config([str(path), *extra]))
-        keys = set(raw) - {"method", "output_dir"}
-        budgets[method]["_keys"] = sorted(keys)
-    first = next(iter(budgets.values()))
-    for method, b in budgets.items():
-        assert b == first, (
-            family,
-            method,
-            {k: (b[k], first[k]) for k in (*BUDGET_KEYS, "_keys") if b[k] != first[k]},
+        exp, cfg = parse_config([str(path), "--method", method], device_free=True)
+        shape = generation_shape(cfg)
+        generations = cfg.max_steps * shape["gradient_accumulation_steps"] / (
+            shape["steps_per_generation"] * shape["num_iterations"]
         )
+        assert generations * shape["prompts_per_generation"] == exp.budget_prompts > 0, (name, method)
+        generations = exp.budget_prompts // shape["prompts_per_generation"]
+        micro_steps = generations * shape["steps_per_generation"] * shape["num_iterations"]
+        assert cfg.max_steps == micro_steps // shape["gradient_accumulation_steps"], (name, method)
+
+
+def test_seed_config_carries_the_seed_settings(no_model_loads: None) -> None:
+    path = next(p for p in shipped_configs() if p.stem == "seed")
+    raw = yaml.safe_load(path.read_text())
+    for key, value in SEED_HYPERPARAMETERS.items():
+        assert raw[key] == (pytest.approx(value) if isinstance(value, float) else value), key
+    # One prompt x 2 generations per update, 3 epochs x 20 prompts = 60 updates (PPO: 120 over the same prompts).
+    assert raw["per_device_train_batch_size"] == 2 and "max_steps" not in raw
+    steps = {}
+    for method in ("reinforce", "ppo", "grpo"):
+        exp, cfg = parse_config([str(path), "--method", method], device_free=True)
+        steps[method] = cfg.max_steps
+        assert cfg.shuffle_dataset is False and cfg.max_grad_norm == 0.0 and cfg.lr_scheduler_type == "constant"
+    assert steps == {"reinforce": 60, "ppo": 120, "grpo": 60}
+    exp, cfg = parse_config([str(path), "--method", "reinforce"], device_free=True)
+    assert (cfg.logprob_temperature, cfg.loss_normalization) == (1.0, "token") and not exp.not_applicable
+    # TRL's GRPO has neither option: parsed without them, and the run records that they did not apply.
+    exp, cfg = parse_config([str(path), "--method", "grpo"], device_free=True)
+    assert set(exp.not_applicable) == {"logprob_temperature", "loss_normalization"}
+    assert not hasattr(cfg, "logprob_temperature")
+
+
+def test_a_budget_file_may_not_set_a_methods_hyperparameter(tmp_path: Path, no_model_loads: None) -> None:
+    text = "model: tiny\nnum_generations: 2\nper_device_train_batch_size: 2\nkl_coef: 0.1\n" + CPU
+    with pytest.raises(ConfigError, match=r"^kl_coef: a hyperparameter of .*reinforce_kl.*ppo") as err:
+        parse_config([write(tmp_path, text), "--method", "grpo"])
+    assert "\n" not in str(err.value)
+    # A one-method file may, and so may the command line.
+    _, cfg = parse_config([write(tmp_path, "method: ppo\n" + text, "ppo.yaml")])
+    assert cfg.kl_coef == 0.1
+    _, cfg = parse_config([write(tmp_path, text.replace("kl_coef: 0.1\n", ""), "b.yaml"), "--method", "reinforce",
+                           "--kl_coef", "0.2"])  # fmt: skip
+    assert cfg.kl_coef == 0.2
+
+
+def test_budget_prompts_sets_max_steps_and_refuses_both(tmp_path: Path, no_model_loads: None) -> None:
+    text = "model: tiny\nnum_generations: 2\nper_device_train_batch_size: 4\nbudget_prompts: 8\n" + CPU
+    cfg_file = write(tmp_path, text)
+    assert parse_config([cfg_file, "--method", "grpo"])[1].max_steps == 4
+    assert parse_config([cfg_file, "--method", "ppo"])[1].max_steps == 8
+    with pytest.raises(ConfigError, match=r"^max_steps: derived per method from budget_prompts"):
+        parse_config([cfg_file, "--method", "grpo", "--max_steps", "3"])
+    assert parse_config([cfg_file, "--method", "grpo", "--budget_prompts", "0", "--max_steps", "3"])[1].max_steps == 3
+
+
+def test_output_dir_names_the_method(tmp_path: Path, no_model_loads: None) -> None:
+    text = "model: tiny\nnum_generations: 2\nper_device_train_batch_size: 2\n" + CPU
+    assert parse_config([write(tmp_path, text), "--method", "rloo"])[1].output_dir == "runs/rloo"
+    text += "output_dir: out/budget/{method}\n"
+    assert parse_config([write(tmp_path, text), "--method", "ppo"])[1].output_dir == "out/budget/ppo"
+
+
+def test_compare_overrides_go_to_the_methods_that_have_them(no_model_loads: None) -> None:
+    from experiments.config import overrides_for
+
+    args = ["--lam", "0.9", "--learning_rate", "1e-5", "--eval_ks", "1", "2"]
+    assert overrides_for("ppo", args) == (args, [])
+    assert overrides_for("grpo", args) == (["--learning_rate", "1e-5", "--eval_ks", "1", "2"], ["lam"])
+    assert overrides_for("grpo", ["--bogus", "1"]) == (["--bogus", "1"], [])  # parse_config rejects it by name
 
 
 def test_sharded_launch_refuses_evaluation_during_training(

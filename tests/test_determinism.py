@@ -1,6 +1,6 @@
 """Same config and seed on CPU, twice, in two fresh processes: identical report numbers.
 
-The run is the demo's PPO config, shortened: the warm-started task model, whose sampled completions pass about
+The run is the demo's budget with PPO, shortened (2 generation batches, 4 optimizer steps): the warm-started task model, whose sampled completions pass about
 one time in five, so rewards, advantages, the critic and the held-out pass@k all vary and every one of them has
 to come out the same. Only timings (wall time, tokens/s) may differ.
 """
@@ -36,8 +36,9 @@ def _train(model: str, out: Path, passk_cache: Path) -> None:
     env = dict(os.environ, PASSK_CACHE=str(passk_cache))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     cmd = [
-        sys.executable, "-m", "experiments.cli", "train", "ppo_demo", "--model", model, "--warm_start_steps", "0",
-        "--max_steps", "3", "--per_device_train_batch_size", "16", "--num_generations", "4", "--n_train", "48",
+        sys.executable, "-m", "experiments.cli", "train", "demo", "--method", "ppo", "--model", model,
+        "--warm_start_steps", "0", "--budget_prompts", "8", "--per_device_train_batch_size", "16",
+        "--num_generations", "4", "--n_train", "48",
         "--n_eval", "24", "--eval_every_n_steps", "2", "--report_to", "none", "--output_dir", str(out),
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)

@@ -1,4 +1,4 @@
-"""Two CPU processes (accelerate_configs/cpu.yaml, gloo) against one, every method, 2 steps each.
+"""Two CPU processes (accelerate_configs/cpu.yaml, gloo) against one, every method, 2 generation batches each.
 
 What is comparable between 1 and 2 processes, and what is not:
 
@@ -64,10 +64,10 @@ def run_all(out: Path, model: str, per_device_batch: int, methods: list[str]) ->
     for method in methods:
         os.environ[PROBE_DIR_ENV] = str(out / method / "probe")
         argv = [
-            str(REPO / "experiments" / "configs" / f"{method}_cpu.yaml"),
+            str(REPO / "experiments" / "configs" / "cpu.yaml"), "--method", method,
             "--model", model, "--dataset", "learnable", "--n_train", "16", "--n_eval", "0",
             "--num_generations", "2", "--per_device_train_batch_size", str(per_device_batch),
-            "--max_completion_length", "8", "--max_steps", "2", "--learning_rate", "0",
+            "--max_completion_length", "8", "--budget_prompts", "8", "--learning_rate", "0",
             "--generation_kwargs", '{"do_sample": false}',
             "--reward_funcs", f"{Path(__file__).resolve()}:probe_reward",
             "--save_strategy", "no", "--save_model", "false", "--report_to", "none", "--disable_tqdm", "true",
@@ -107,8 +107,13 @@ def test_two_cpu_processes_gather_the_same_rewards_as_one(tmp_path: Path, tiny_m
     run_all(one, str(tiny_model_dir), GLOBAL_BATCH, methods)
 
     for method in methods:
-        run2 = json.loads((two / method / "run.json").read_text())
-        assert run2["num_processes"] == 2 and run2["global_step"] == 2, method
+        run1, run2 = (json.loads((d / method / "run.json").read_text()) for d in (one, two))
+        epochs = 2 if method == "ppo" else 1  # 8 prompts = 2 generation batches; PPO takes 2 steps on each
+        assert run2["num_processes"] == 2 and run2["global_step"] == run1["global_step"] == 2 * epochs, method
+        # The budget counted across both ranks equals the single process's: same prompts, completions, tokens.
+        for key in ("fresh_prompts", "fresh_completions", "tokens_generated", "prompt_sequence_sha256"):
+            assert run2["budget"][key] == run1["budget"][key], (method, key)
+        assert run1["budget"]["fresh_prompts"] == 8 and run1["budget"]["fresh_completions"] == 16, method
         calls1, calls2 = _calls(one / method / "probe"), _calls(two / method / "probe")
         assert calls1 and sorted(calls1) == sorted(calls2), method
         for call, rows in calls1.items():

@@ -21,20 +21,11 @@ pytestmark = pytest.mark.slow
 TIMING_KEYS = {"step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second"}
 
 
-@pytest.fixture(scope="session")
-def warm_task_model(passk_cache: Path) -> str:
-    """The learnable task's model after the demo's warm start (80 SFT steps), cached for the session."""
-    from experiments.tasks import task_model_path
-    from experiments.train import warm_started_model
-
-    base = task_model_path(cache_dir=passk_cache)
-    return warm_started_model(str(base), 80, cache_dir=passk_cache)
-
-
 def _argv(method: str, model: str, out: Path, *extra: str) -> list[str]:
-    config = Path(__file__).resolve().parent.parent / "experiments" / "configs" / f"{method}_demo.yaml"
+    config = Path(__file__).resolve().parent.parent / "experiments" / "configs" / "demo.yaml"
     return [
-        str(config), "--model", model, "--warm_start_steps", "0", "--n_train", "64",
+        str(config), "--method", method, "--model", model, "--warm_start_steps", "0", "--budget_prompts", "0",
+        "--n_train", "64",
         "--per_device_train_batch_size", "16", "--num_generations", "4", "--lr_scheduler_type", "constant",
         "--eval_before", "false", "--eval_after", "false", "--eval_every_n_steps", "0", "--save_model", "false",
         "--report_to", "none", "--disable_tqdm", "true", "--output_dir", str(out), *extra,
@@ -85,6 +76,10 @@ def test_resume_matches_an_uninterrupted_run(
     run = json.loads((resumed / "run.json").read_text())
     assert run["resumed_from"].endswith("checkpoint-2") and run["global_step"] == 3
     assert 0 < n_resumed < n_straight, (n_resumed, n_straight)  # only step 3 was generated after resuming
+    # The sample count carries over from the checkpoint: the resumed run sampled what the straight one did.
+    straight_budget = json.loads((straight / "run.json").read_text())["budget"]
+    for key in ("fresh_prompts", "fresh_completions", "tokens_generated", "prompt_sequence_sha256"):
+        assert run["budget"][key] == straight_budget[key], key
 
     expected, got = _step(straight, 3), _step(resumed, 3)
     assert expected["reward_std"] > 0 or expected["reward"] > 0  # a real update, not all-zero rewards

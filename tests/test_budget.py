@@ -1,0 +1,185 @@
+"""The budget counts what the model sees: every method of a comparison samples the same prompts and completions.
+
+The seven methods run on one budget file (cpu.yaml, the tiny model, the learnable task's prompts) for a few steps,
+each through the real runner, with a reward that varies so that every method really updates. What each trainer
+sampled is read back from what it recorded (`sampled_prompts.jsonl`, written by experiments.budget.SampleLog from
+the trainer's reward seam) and checked against TRL's own logged completion lengths; PPO, with two epochs per
+generation batch, must sample the same prompts in twice the optimizer steps. The arithmetic of the plan and of
+the seed's prompt schedule is checked on its own.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from experiments.budget import BudgetError, derive_max_steps, prompt_schedule
+from experiments.trainers import METHODS
+from experiments.trainers.ppo import CRITIC_LR_SCALE
+
+REPO = Path(__file__).resolve().parent.parent
+BUDGET_PROMPTS = 6  # 3 generation batches of 2 prompts x 2 completions
+
+
+def varied_reward(completions, **kwargs) -> list[float]:
+    """A reward that varies within groups (a random tiny model passes no unit test)."""
+    return [(len(c) % 7) / 6.0 for c in completions]
+
+
+def _argv(method: str, model: str, out: Path, *extra: str) -> list[str]:
+    return [
+        str(REPO / "experiments" / "configs" / "cpu.yaml"), "--method", method, "--model", model,
+        "--dataset", "learnable", "--n_train", "16", "--n_eval", "0", "--num_generations", "2",
+        "--per_device_train_batch_size", "4", "--max_completion_length", "8", "--learning_rate", "1e-3",
+        "--budget_prompts", str(BUDGET_PROMPTS), "--reward_funcs", f"{Path(__file__).resolve()}:varied_reward",
+        "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true", "--output_dir", str(out), *extra,
+    ]  # fmt: skip
+
+
+def _read(run_dir: Path) -> dict:
+    lines = (run_dir / "sampled_prompts.jsonl").read_text().splitlines()
+    return {
+        "generations": [json.loads(line) for line in lines],
+        "run": json.loads((run_dir / "run.json").read_text()),
+        "history": json.loads((run_dir / "trainer_state.json").read_text())["log_history"],
+    }
+
+
+@pytest.fixture(scope="module")
+def seven_runs(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict[str, dict]:
+    from experiments.config import parse_config
+    from experiments.train import run
+
+    root = tmp_path_factory.mktemp("budget")
+    runs = {}
+    for method in METHODS:
+        run(*parse_config(_argv(method, str(tiny_model_dir), root / method)))
+        runs[method] = _read(root / method)
+    return runs
+
+
+@pytest.mark.slow
+def test_every_method_samples_the_same_prompts_and_completions(seven_runs: dict[str, dict]) -> None:
+    reference = seven_runs["grpo"]["generations"]
+    prompts = [p for g in reference for p in g["prompts"]]
+    assert len(prompts) == BUDGET_PROMPTS and len(set(prompts)) > 1
+    for method, got in seven_runs.items():
+        generations = got["generations"]
+        assert [g["prompts"] for g in generations] == [g["prompts"] for g in reference], method
+        assert [g["completions"] for g in generations] == [4, 4, 4], method
+        budget = got["run"]["budget"]
+        assert budget["fresh_prompts"] == BUDGET_PROMPTS and budget["fresh_completions"] == 2 * BUDGET_PROMPTS
+        epochs = 2 if method == "ppo" else 1  # PPO reuses each batch twice: the same samples, twice the steps
+        assert budget["optimizer_steps"] == got["run"]["global_step"] == 3 * epochs, method
+        assert [g["step"] for g in generations] == [0, epochs, 2 * epochs], method
+        assert budget["prompt_sequence_sha256"] == seven_runs["grpo"]["run"]["budget"]["prompt_sequence_sha256"]
+
+
+@pytest.mark.slow
+def test_tokens_generated_agree_with_trls_logged_lengths(seven_runs: dict[str, dict]) -> None:
+    for method, got in seven_runs.items():
+        logged = [h["completions/mean_length"] for h in got["history"] if "completions/mean_length" in h]
+        assert len(logged) == 3, method  # one generation batch of 4 completions per logged value
+        counted = got["run"]["budget"]["tokens_generated"]
+        assert counted == sum(g["tokens"] for g in got["generations"]) > 0
+        assert counted == pytest.approx(4 * sum(logged)), method
+
+
+@pytest.mark.slow
+def test_run_json_carries_each_methods_hyperparameters(seven_runs: dict[str, dict]) -> None:
+    hparams = {m: got["run"]["method_hparams"] for m, got in seven_runs.items()}
+    assert hparams["ppo"]["lam"] == 1.0 and hparams["ppo"]["num_iterations"] == 2
+    assert hparams["ppo"]["critic_learning_rate"] == pytest.approx(CRITIC_LR_SCALE * 1e-3)
+    assert hparams["grpo"]["beta"] == 0.04 and hparams["rloo"]["beta"] == 0.05
+    assert hparams["reinforce"]["baseline"] == "batch_mean" and hparams["reinforce_kl"]["kl_coef"] == 0.05
+    assert all(h["logprob_temperature"] == 0.8 for h in hparams.values())  # cpu.yaml sets no log-prob temperature
+    assert len({json.dumps(h, sort_keys=True) for h in hparams.values()}) == len(METHODS)
+
+
+@pytest.mark.slow
+def test_the_seven_rows_take_different_steps(seven_runs: dict[str, dict], tiny_model_dir: Path) -> None:
+    """Same samples at step one, different updates: no two rows end with the same weights, as reinforce_kl and
+    TRL's RLOO did when reinforce_kl used the group mean (an exact coincidence stays below 1e-3 of the step, see
+    test_trainers). Rows that differ only by a KL term (reinforce / reinforce_kl, reinforce_rloo / grpo) take the
+    same first step, since the KL is zero at the reference, and drift apart from there: about 2% after 3 steps."""
+    import torch
+    from safetensors.torch import load_file
+
+    start = load_file(str(tiny_model_dir / "model.safetensors"))
+    final = {m: load_file(str(Path(got["run"]["output_dir"]) / "model.safetensors")) for m, got in seven_runs.items()}
+
+    def flat(weights: dict) -> torch.Tensor:
+        return torch.cat([weights[k].flatten().float() for k in sorted(start)])
+
+    moved = {m: flat(w) - flat(start) for m, w in final.items()}
+    for m, delta in moved.items():
+        assert delta.norm() > 0, m
+    names = list(moved)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            gap = (moved[a] - moved[b]).norm() / max(moved[a].norm(), moved[b].norm())
+            assert gap > 0.01, (a, b, gap.item())
+
+
+@pytest.mark.slow
+def test_the_seed_schedule_is_what_every_method_samples(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """prompts_per_epoch lays out the seed's epochs of random draws; PPO and GRPO both walk them in order."""
+    from experiments.config import parse_config
+    from experiments.tasks import train_rows
+    from experiments.train import run
+
+    rows = train_rows(16, seed=0)
+    order = prompt_schedule(16, 4, BUDGET_PROMPTS, seed=42)
+    expected = [rows[i]["task_id"] for i in order]
+    for method in ("grpo", "ppo"):
+        exp, cfg = parse_config(_argv(method, str(tiny_model_dir), tmp_path / method, "--prompts_per_epoch", "4"))
+        assert cfg.shuffle_dataset is False and cfg.seed == 42
+        run(exp, cfg)
+        got = [p for g in _read(tmp_path / method)["generations"] for p in g["prompts"]]
+        assert got == expected, method
+
+
+# -------------------------------------------------------------------------------------------------- planning
+
+
+def _shape(**kwargs) -> SimpleNamespace:
+    base = {"num_generations": 2, "generation_batch_size": 2, "steps_per_generation": 1, "num_iterations": 1,
+            "gradient_accumulation_steps": 1}  # fmt: skip
+    return SimpleNamespace(**(base | kwargs))
+
+
+def test_max_steps_give_every_method_the_same_fresh_prompts() -> None:
+    assert derive_max_steps(60, _shape()) == 60  # the seed: one prompt x 2 completions per update
+    assert derive_max_steps(60, _shape(num_iterations=2)) == 120  # PPO: two epochs per batch
+    assert derive_max_steps(320, _shape(num_generations=8, generation_batch_size=64)) == 40  # the demo
+    # 8 prompts per generation batch, split into 4 micro-batches, 2 micro-batches per optimizer step.
+    shape = _shape(generation_batch_size=16, steps_per_generation=4, gradient_accumulation_steps=2)
+    assert derive_max_steps(16, shape) == 4
+
+
+@pytest.mark.parametrize(
+    "budget, shape, key",
+    [
+        (5, _shape(generation_batch_size=4), "budget_prompts"),  # 2 prompts per batch
+        (1, _shape(gradient_accumulation_steps=2), "gradient_accumulation_steps"),  # half an optimizer step
+    ],
+)
+def test_budgets_that_cannot_be_met_exactly_name_the_key(budget: int, shape: SimpleNamespace, key: str) -> None:
+    with pytest.raises(BudgetError, match=rf"^{key}:") as err:
+        derive_max_steps(budget, shape)
+    assert "\n" not in str(err.value)
+
+
+def test_prompt_schedule_draws_fresh_epochs_like_the_seed() -> None:
+    order = prompt_schedule(50, 20, 60, seed=0)
+    epochs = [order[i : i + 20] for i in range(0, 60, 20)]
+    assert len(order) == 60 and all(len(set(e)) == 20 for e in epochs)  # without replacement within an epoch
+    assert all(0 <= i < 50 for i in order)
+    assert epochs[0] != epochs[1] != epochs[2]  # a fresh draw each epoch
+    assert prompt_schedule(50, 20, 60, seed=0) == order != prompt_schedule(50, 20, 60, seed=1)
+    assert prompt_schedule(50, 20, 50, seed=0) == order[:50]  # a last epoch cut short
+    with pytest.raises(BudgetError, match="^prompts_per_epoch:"):
+        prompt_schedule(10, 20, 60, seed=0)
