@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 # name -> (method in METHODS, config overrides)
 VARIANTS: dict[str, tuple[str, dict]] = {
-    "grpo": ("grpo", {}),
+    "grpo": ("grpo", {"beta": 0.0}),  # the baseline without a reference model (the grpo row's default is 0.04)
     "grpo_beta": ("grpo", {"beta": 0.05}),
     "vanilla_pg": ("vanilla_pg", {}),
     "reinforce": ("reinforce", {}),
