@@ -44,7 +44,7 @@ sys.path.insert(0, os.environ.get("PASSK_BENCH_CODE") or str(ROOT))
 
 # name -> (method in METHODS, config overrides)
 VARIANTS: dict[str, tuple[str, dict]] = {
-    "grpo": ("grpo", {}),
+    "grpo": ("grpo", {"beta": 0.0}),  # the baseline; the grpo row's own default is beta 0.04
     "grpo_beta": ("grpo", {"beta": 0.05}),
     "ppo": ("ppo", {}),
 }

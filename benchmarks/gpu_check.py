@@ -235,6 +235,8 @@ def run_argv(a: argparse.Namespace, method: str, model: str, out_dir: Path, **ov
             keys[key] = value
     if a.continuous_batching:
         keys["use_transformers_continuous_batching"] = "true"
+    if method == BASELINE:  # the targets' baseline is GRPO without a reference model (the grpo row's beta is 0.04)
+        keys["beta"] = 0.0
     keys |= overrides
     return [a.config, *[x for k, v in keys.items() for x in (f"--{k}", str(v))]]
 
