@@ -183,3 +183,56 @@ def test_prompt_schedule_draws_fresh_epochs_like_the_seed() -> None:
     assert prompt_schedule(50, 20, 50, seed=0) == order[:50]  # a last epoch cut short
     with pytest.raises(BudgetError, match="^prompts_per_epoch:"):
         prompt_schedule(10, 20, 60, seed=0)
+
+
+# ------------------------------------------------------------------------------------------ model sampling
+
+
+@pytest.fixture(scope="module")
+def model_with_sampling_defaults(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
+    """The tiny model with a generation_config that sets top_k and a repetition penalty, as Qwen2.5's does."""
+    import shutil
+
+    from transformers import GenerationConfig
+
+    folder = tmp_path_factory.mktemp("model") / "tiny-with-generation-config"
+    shutil.copytree(tiny_model_dir, folder)
+    config = GenerationConfig.from_pretrained(folder) if (folder / "generation_config.json").is_file() else None
+    config = config or GenerationConfig()
+    config.do_sample, config.top_k, config.repetition_penalty = True, 20, 1.1
+    config.save_pretrained(folder)
+    return folder
+
+
+def test_model_sampling_reads_the_models_generation_config(model_with_sampling_defaults: Path, tiny_model_dir: Path):
+    from experiments.train import model_sampling
+
+    read = model_sampling(str(model_with_sampling_defaults))
+    assert (read["top_k"], read["repetition_penalty"], read["min_p"]) == (20, 1.1, None)
+    assert read["source"]["top_k"] == "model generation_config"
+    plain = model_sampling(str(tiny_model_dir))  # sets neither: what model.generate falls back to
+    assert (plain["top_k"], plain["repetition_penalty"]) == (50, 1.0)
+    assert plain["source"]["top_k"] == "transformers generate default"
+
+
+@pytest.mark.slow
+def test_the_models_sampling_is_applied_in_training_and_evaluation(tmp_path: Path, model_with_sampling_defaults: Path):
+    """model_generation_config: the trainer samples with the model's top_k and repetition penalty, evaluation too,
+    run.json records them; under the penalty the KL's log π comes from a forward pass, not the sampling record."""
+    from experiments.config import parse_config
+    from experiments.train import run
+
+    out = tmp_path / "run"
+    argv = _argv("reinforce_kl", str(model_with_sampling_defaults), out, "--model_generation_config", "true",
+                 "--budget_prompts", "2", "--n_eval", "2", "--eval_n", "2", "--eval_ks", "1")  # fmt: skip
+    exp, cfg = parse_config(argv)
+    run(exp, cfg)
+    record = json.loads((out / "run.json").read_text())
+    sampling = record["sampling"]
+    assert sampling["from_model_generation_config"] and (sampling["top_k"], sampling["repetition_penalty"]) == (20, 1.1)
+    assert sampling["eval"] == {"top_k": 20, "repetition_penalty": 1.1}
+    assert record["config"]["top_k"] == 20 and record["config"]["repetition_penalty"] == 1.1
+    after = json.loads((out / "eval_after.json").read_text())
+    assert after["settings"]["generation_kwargs"] == {"top_k": 20, "repetition_penalty": 1.1}
+    history = json.loads((out / "trainer_state.json").read_text())["log_history"]
+    assert [h["reinforce/kl_logps_recorded"] for h in history if "reinforce/kl_logps_recorded" in h] == [0.0]
