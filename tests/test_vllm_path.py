@@ -30,8 +30,8 @@ import torch
 from experiments.tasks import train_rows
 from experiments.trainers import METHODS, build_config
 from experiments.trainers.estimators import (
+    batch_baseline_advantages,
     clipped_value_loss,
-    group_baseline_advantages,
     kl_k1,
     masked_mean,
     ppo_clip_loss,
@@ -56,8 +56,8 @@ TINY = {
 }
 REINFORCE_ESTIMATORS = {
     "vanilla_pg": lambda r, g: r,
-    "reinforce": group_baseline_advantages,
-    "reinforce_kl": group_baseline_advantages,
+    "reinforce": lambda r, g: batch_baseline_advantages(r),
+    "reinforce_kl": lambda r, g: batch_baseline_advantages(r),
     "reinforce_rloo": lambda r, g: rloo_advantages(r, g, normalize=True),
 }
 
