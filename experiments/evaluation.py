@@ -8,12 +8,18 @@ training callback.
   percentile interval of the mean.
 - `evaluate_model(model, tokenizer, dataset)` samples `n_samples` completions per problem (plus one greedy
   completion), scores each with `rewards.unit_test_reward` (the same definition of "passed" that training uses)
-  and returns an `EvalResult` with pass@k, greedy pass@1 and average reward, each with a 95% CI.
+  and returns an `EvalResult` with pass@k, greedy pass@1, the seed's first-sample pass@1, average reward and
+  the policy's entropy on the sampled completions, each with a 95% CI.
 - `PassAtKCallback` runs `evaluate_model` every N optimizer steps inside a `transformers.Trainer`, logs
   `eval/*` scalars and keeps the best model in `<output_dir>/best`.
 
 Sampling uses exactly the given temperature / top_p (top_k disabled, no repetition penalty), not whatever the
 model's `generation_config` carries, so before/after numbers of different checkpoints are comparable.
+
+Why three pass@1 figures: sampled pass@1 (the unbiased estimator at the eval temperature) rewards a policy for
+merely sharpening its distribution, greedy pass@1 does not, and first-sample pass@1 is the seed blog's own
+definition (is the first of the n samples right), kept so that numbers can be set against its table. Entropy
+says how sharp the policy is, so a sampled-pass gain can be read against it.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import TrainerCallback
+from transformers import LogitsProcessor, TrainerCallback
 
 logger = logging.getLogger(__name__)
 
@@ -126,10 +132,18 @@ class ProblemResult:
     greedy_passed: bool | None
     first_completion: str
     n_truncated: int  # samples that hit max_new_tokens without EOS
+    # Mean entropy (nats per generated token) of the policy's next-token distribution along the n samples;
+    # None when not measured.
+    entropy: float | None = None
 
     @property
     def mean_reward(self) -> float:
         return float(np.mean(self.rewards)) if self.rewards else math.nan
+
+    @property
+    def first_passed(self) -> bool | None:
+        """Whether the first sample passed: the seed's per-problem pass@1."""
+        return bool(self.rewards[0] >= 1.0) if self.rewards else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -140,7 +154,8 @@ class ProblemResult:
             "mean_reward": self.mean_reward,
             "greedy_passed": self.greedy_passed,
             "n_truncated": self.n_truncated,
-            "first_sample_passed": bool(self.rewards[0] >= 1.0) if self.rewards else None,
+            "first_sample_passed": self.first_passed,
+            "entropy": self.entropy,
             "first_completion": self.first_completion,
         }
 
@@ -170,20 +185,36 @@ class EvalResult:
     def tokens_per_s(self) -> float:
         return self.tokens_generated / self.generation_seconds if self.generation_seconds > 0 else math.nan
 
+    def _estimate(self, values: Sequence[float | None]) -> Estimate | None:
+        if not values or any(v is None for v in values):
+            return None
+        seed = int(self.settings.get("seed", 0))
+        return Estimate.from_values(
+            values, n_bootstrap=self.n_bootstrap, confidence=self.confidence, seed=seed
+        )
+
+    @property
+    def first_sample_pass_at_1(self) -> Estimate | None:
+        """The seed blog's pass@1: the share of problems whose first sample passes (noisier than pass@1)."""
+        return self._estimate([p.first_passed for p in self.problems])
+
+    @property
+    def entropy(self) -> Estimate | None:
+        """Mean over problems of the policy's per-token entropy (nats) on the sampled completions."""
+        return self._estimate([p.entropy for p in self.problems])
+
     @property
     def metrics(self) -> dict[str, Estimate]:
-        """Flat name -> estimate map: pass@k..., first_sample_pass@1, greedy_pass@1 (if run), avg_reward."""
+        """Flat name -> estimate map: pass@k..., first_sample_pass@1, greedy_pass@1 (if run), avg_reward,
+        entropy (if measured)."""
         out = dict(self.pass_at_k)
-        if self.problems and all(p.rewards for p in self.problems):
-            # The seed blog's pass@1: the first sample of each problem, beside the unbiased estimate over all n.
-            first = [float(p.rewards[0] >= 1.0) for p in self.problems]
-            seed = int(self.settings.get("seed", 0))
-            out["first_sample_pass@1"] = Estimate.from_values(
-                first, n_bootstrap=self.n_bootstrap, confidence=self.confidence, seed=seed
-            )
-        if self.greedy_pass_at_1 is not None:
-            out["greedy_pass@1"] = self.greedy_pass_at_1
-        out["avg_reward"] = self.avg_reward
+        optional = {
+            "first_sample_pass@1": self.first_sample_pass_at_1,
+            "greedy_pass@1": self.greedy_pass_at_1,
+            "avg_reward": self.avg_reward,
+            "entropy": self.entropy,
+        }
+        out.update({name: est for name, est in optional.items() if est is not None})
         return out
 
     def scalars(self, prefix: str = "eval/") -> dict[str, float]:
@@ -279,6 +310,32 @@ def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
     return sorted(ids)
 
 
+class _EntropyMeter(LogitsProcessor):
+    """Sums, per sequence, the entropy of the model's own next-token distribution at each generated position
+    up to and including EOS. `generate` runs user processors before its temperature, top-k and top-p warpers, so
+    the scores seen here are the raw logits (after a repetition penalty, when `generation_kwargs` set one): the
+    entropy of the policy at T = 1, whatever the sampling temperature.
+    """
+
+    def __init__(self, prompt_width: int, eos_ids: Sequence[int]) -> None:
+        self.prompt_width = prompt_width
+        self.eos = torch.tensor(list(eos_ids), dtype=torch.long)
+        self.total: torch.Tensor | None = None
+        self.tokens: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        generated = input_ids[:, self.prompt_width :]
+        live = ~torch.isin(generated, self.eos.to(generated.device)).any(dim=1)
+        logp = torch.log_softmax(scores.float(), dim=-1)
+        entropy = -(logp.exp() * logp).nan_to_num().sum(dim=-1)  # 0 * log 0 = 0 for masked tokens
+        if self.total is None:
+            self.total = torch.zeros(len(scores), dtype=torch.float64, device=scores.device)
+            self.tokens = torch.zeros(len(scores), dtype=torch.long, device=scores.device)
+        self.total += torch.where(live, entropy.double(), 0.0)
+        self.tokens += live.long()
+        return scores
+
+
 def _generate(
     model: Any,
     tokenizer: Any,
@@ -293,8 +350,9 @@ def _generate(
     progress: bool,
     desc: str,
     generation_kwargs: Mapping[str, Any] | None = None,
-) -> tuple[list[list[str]], int, list[list[bool]], float]:
-    """Generate for every prompt; returns (texts per prompt, tokens generated, hit-max flags, seconds)."""
+) -> tuple[list[list[str]], int, list[list[bool]], float, list[float | None]]:
+    """Generate for every prompt; returns (texts per prompt, tokens generated, hit-max flags, seconds, mean
+    per-token entropy per prompt or None where the model's `generate` called no logits processor)."""
     from tqdm.auto import tqdm
     from transformers import GenerationConfig
 
@@ -314,13 +372,16 @@ def _generate(
         gen_kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
     else:
         gen_kwargs.update(do_sample=False)
-    gen_kwargs.update(generation_kwargs or {})  # e.g. the model's own top_k / repetition_penalty, kept in force
+    gen_kwargs.update(
+        generation_kwargs or {}
+    )  # e.g. the model's own top_k / repetition_penalty, kept in force
     config = GenerationConfig(**gen_kwargs)
     device = next(model.parameters()).device
     eos_set = set(eos)
 
     texts: list[list[str]] = []
     hit_max: list[list[bool]] = []
+    entropies: list[float | None] = []
     n_tokens = 0
     seconds = 0.0
     starts = range(0, len(prompt_ids), batch_size)
@@ -332,12 +393,20 @@ def _generate(
         for i, ids in enumerate(batch):  # left padding: generation continues right after the prompt
             input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
             attention_mask[i, width - len(ids) :] = 1
+        meter = _EntropyMeter(width, eos)
         t0 = time.perf_counter()
         out = model.generate(
-            input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=config
-        )
+            input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=config,
+            logits_processor=[meter],
+        )  # fmt: skip
         seconds += time.perf_counter() - t0
         gen = out[:, width:].tolist()
+        if meter.total is not None:
+            total = meter.total.view(len(batch), num_return_sequences).sum(dim=1).tolist()
+            count = meter.tokens.view(len(batch), num_return_sequences).sum(dim=1).tolist()
+            entropies += [t / c if c else None for t, c in zip(total, count)]
+        else:
+            entropies += [None] * len(batch)
         for i in range(len(batch)):
             row_texts, row_hit = [], []
             for j in range(num_return_sequences):
@@ -349,7 +418,7 @@ def _generate(
                 row_texts.append(tokenizer.decode(ids[:length], skip_special_tokens=True))
             texts.append(row_texts)
             hit_max.append(row_hit)
-    return texts, n_tokens, hit_max, seconds
+    return texts, n_tokens, hit_max, seconds, entropies
 
 
 def _make_reward(sandbox_kwargs: Mapping[str, Any] | None) -> Any:
@@ -386,7 +455,8 @@ def evaluate_model(
     generation_kwargs: Mapping[str, Any] | None = None,
 ) -> EvalResult:
     """Sample `n_samples` completions per problem (plus one greedy if `greedy`), run the unit tests, and
-    report unbiased pass@k for each k <= n_samples, greedy pass@1 and average reward, with bootstrap CIs.
+    report unbiased pass@k for each k <= n_samples, greedy pass@1, first-sample pass@1, average reward and the
+    policy's entropy on the samples (softmax of the raw logits, in nats per token), with bootstrap CIs.
 
     Rows carry `prompt`, `test`, `entry_point`, `task_id` and `code_prompt` (RL rows from
     `experiments.data.to_rl_rows`); raw HumanEval rows without `code_prompt` use `prompt` as the code prompt.
@@ -420,14 +490,14 @@ def evaluate_model(
             torch.manual_seed(seed)
             common = {"max_new_tokens": max_new_tokens, "batch_size": batch_size, "progress": progress,
                       "generation_kwargs": generation_kwargs}  # fmt: skip
-            samples, tok_s, hit_s, sec_s = _generate(
+            samples, tok_s, hit_s, sec_s, entropy_s = _generate(
                 model, tokenizer, ids, num_return_sequences=n_samples, do_sample=True,
                 temperature=temperature, top_p=top_p, desc=f"pass@k sampling (n={n_samples})", **common,
             )  # fmt: skip
             greedy_texts: list[list[str]] = [[] for _ in rows]
             tok_g, sec_g = 0, 0.0
             if greedy:
-                greedy_texts, tok_g, _, sec_g = _generate(
+                greedy_texts, tok_g, _, sec_g, _ = _generate(
                     model, tokenizer, ids, num_return_sequences=1, do_sample=False,
                     temperature=1.0, top_p=1.0, desc="greedy", **common,
                 )  # fmt: skip
@@ -472,6 +542,7 @@ def evaluate_model(
                 greedy_passed=bool(chunk[n_samples] >= 1.0) if greedy else None,
                 first_completion=samples[i][0][:MAX_COMPLETION_CHARS],
                 n_truncated=sum(hit_s[i]),
+                entropy=entropy_s[i],
             )
         )
 

@@ -152,4 +152,10 @@ def test_eval_result_to_dict_is_json_and_separates_timing() -> None:
         "eval/first_sample_pass@1": pytest.approx(0.5),
         "eval/greedy_pass@1": pytest.approx(0.5),
         "eval/avg_reward": pytest.approx(0.25),
+        "eval/first_sample_pass@1": pytest.approx(0.5),  # the first sample of "a" passes, of "b" fails
     }
+    assert "entropy" not in d["metrics"]  # not measured for these problems
+    measured = [ProblemResult(**{**vars(p), "entropy": e}) for p, e in zip(problems, (0.2, 0.6))]
+    res.problems = measured
+    assert res.entropy.value == pytest.approx(0.4) and res.entropy.ci_low <= 0.4 <= res.entropy.ci_high
+    assert res.to_dict()["problems"][1]["entropy"] == 0.6

@@ -7,6 +7,7 @@ A scripted "model" that emits the canonical solutions must score pass@k = 1.0 an
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -52,9 +53,19 @@ def test_structure_determinism_and_mode_restore(tiny, rows3) -> None:
     d = res.to_dict()
     json.dumps(d)  # JSON-serialisable
     assert d["num_problems"] == 3 and d["n"] == 2 and d["ks"] == [1, 2]  # k=5 > n is dropped
-    assert set(d["metrics"]) == {"pass@1", "pass@2", "first_sample_pass@1", "greedy_pass@1", "avg_reward"}
-    for est in d["metrics"].values():
-        assert 0.0 <= est["ci"][0] <= est["value"] <= est["ci"][1] <= 1.0
+    assert set(d["metrics"]) == {
+        "pass@1",
+        "pass@2",
+        "first_sample_pass@1",
+        "greedy_pass@1",
+        "avg_reward",
+        "entropy",
+    }
+    for name, est in d["metrics"].items():
+        top = math.log(len(tok)) if name == "entropy" else 1.0
+        assert 0.0 <= est["ci"][0] <= est["value"] <= est["ci"][1] <= top, name
+    first = [float(p["rewards"][0] >= 1.0) for p in d["problems"]]
+    assert d["metrics"]["first_sample_pass@1"]["value"] == pytest.approx(sum(first) / 3)
     assert [p["task_id"] for p in d["problems"]] == list(rows3["task_id"])
     for p in d["problems"]:
         assert p["n"] == 2 and len(p["rewards"]) == 2 and 0 <= p["correct"] <= 2
@@ -81,7 +92,7 @@ class ScriptedModel(torch.nn.Module):
         self.answers, self.pad_id = answers, pad_id
         self.calls: list[dict] = []
 
-    def generate(self, input_ids, attention_mask, generation_config):
+    def generate(self, input_ids, attention_mask, generation_config, logits_processor=None):
         self.calls.append({"do_sample": generation_config.do_sample, "batch": input_ids.shape[0]})
         outs = []
         for ids, mask in zip(input_ids.tolist(), attention_mask.tolist()):
@@ -110,6 +121,8 @@ def test_canonical_solutions_score_one_and_wrong_bodies_zero(tiny, rows3, raw3) 
     res = evaluate_model(good, tok, rows3, n_samples=2, ks=(1, 2), **FAST)
     assert res.pass_at_k["pass@1"].value == 1.0 and res.pass_at_k["pass@2"].value == 1.0
     assert res.greedy_pass_at_1.value == 1.0 and res.avg_reward.value == 1.0
+    assert res.first_sample_pass_at_1.value == 1.0
+    assert res.entropy is None and "entropy" not in res.metrics  # a scripted generate never calls the meter
     assert (res.pass_at_k["pass@1"].ci_low, res.pass_at_k["pass@1"].ci_high) == (1.0, 1.0)
     assert res.problems[0].first_completion == canon[0]
     assert [c["do_sample"] for c in good.calls] == [True, True, False, False]  # 3 prompts in batches of 2
@@ -150,3 +163,39 @@ def test_rows_without_tests_are_rejected(tiny, raw3) -> None:
     rows = [{**raw3[0], "test": ""}]
     with pytest.raises(ValueError, match="no `test`"):
         evaluate_model(model, tok, rows, n_samples=1, ks=(1,), **FAST)
+
+
+def test_entropy_is_the_policys_own_on_its_samples(tiny, rows3) -> None:
+    """The meter's entropy equals the entropy of softmax(raw logits) recomputed by a teacher-forced forward
+    pass over the same sampled tokens, up to and including EOS, at a sampling temperature other than 1."""
+    model, tok = tiny
+    n = 3
+    res = evaluate_model(model, tok, rows3, n_samples=n, ks=(1,), temperature=0.5, top_p=1.0, seed=5,
+                         greedy=False, **{**FAST, "batch_size": 3})  # fmt: skip
+    # Regenerate the same samples (same seed, same batch) to get their token ids.
+    from transformers import GenerationConfig
+
+    ids = [_prompt_ids(tok, row["prompt"]) for row in rows3]
+    width = max(map(len, ids))
+    input_ids = torch.tensor([[tok.pad_token_id] * (width - len(i)) + i for i in ids])
+    mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids])
+    config = GenerationConfig(max_new_tokens=FAST["max_new_tokens"], num_return_sequences=n, do_sample=True,
+                              temperature=0.5, top_p=1.0, top_k=0, repetition_penalty=1.0,
+                              pad_token_id=tok.pad_token_id, eos_token_id=[tok.eos_token_id])  # fmt: skip
+    with torch.no_grad(), torch.random.fork_rng():
+        torch.manual_seed(5)
+        out = model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config)
+        logits = model(
+            out, attention_mask=torch.cat([mask.repeat_interleave(n, 0), torch.ones_like(out[:, width:])], 1)
+        ).logits
+    logp = torch.log_softmax(logits[:, width - 1 : -1].double(), dim=-1)
+    ent = -(logp.exp() * logp).sum(-1)
+    for i, problem in enumerate(res.problems):
+        total, count = 0.0, 0
+        for j in range(n):
+            gen = out[i * n + j, width:].tolist()
+            stop = gen.index(tok.eos_token_id) + 1 if tok.eos_token_id in gen else len(gen)
+            total += ent[i * n + j, :stop].sum().item()
+            count += stop
+        assert problem.entropy == pytest.approx(total / count, rel=1e-4)
+    assert res.entropy.value == pytest.approx(sum(p.entropy for p in res.problems) / 3)
