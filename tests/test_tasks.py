@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import collections
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +17,7 @@ from experiments.tasks import (
     Problem,
     all_problems,
     build_row,
+    family,
     heldout_rows,
     is_heldout,
     sft_rows,
@@ -21,6 +26,7 @@ from experiments.tasks import (
     warm_start,
 )
 
+ROOT = Path(__file__).resolve().parents[1]
 HUMANEVAL_COLUMNS = {"task_id", "prompt", "code_prompt", "canonical_solution", "test", "entry_point"}
 
 
@@ -33,14 +39,48 @@ def test_problem_family_size_and_identities():
 
 def test_heldout_split_is_deterministic_disjoint_and_about_a_fifth():
     problems = all_problems()
-    share = sum(map(is_heldout, problems)) / len(problems)
-    assert 0.18 < share < 0.22
-    held, train = heldout_rows(300, seed=3), train_rows(3000, seed=3)
-    assert held["task_id"] == heldout_rows(300, seed=3)["task_id"]
-    assert held["task_id"] != heldout_rows(300, seed=4)["task_id"]
-    assert not set(held["task_id"]) & set(train["task_id"])
-    sft_prompts = set(sft_rows(400)["prompt"])
-    assert not sft_prompts & set(heldout_rows(None)["prompt"])
+    held = [p for p in problems if is_heldout(p)]
+    # Pinned counts: the split is a digest of the family name, the same on every machine and in every process.
+    assert (len({family(p) for p in held}), len(held)) == (157, 7584)
+    rows, train = heldout_rows(300, seed=3), train_rows(3000, seed=3)
+    assert rows["task_id"] == heldout_rows(300, seed=3)["task_id"]
+    assert rows["task_id"] != heldout_rows(300, seed=4)["task_id"]
+    assert not set(rows["task_id"]) & set(train["task_id"])
+
+
+def test_no_heldout_body_appears_in_training():
+    """The family split: no held-out expected body appears in the warm start's or RL's rows, under any function
+    name, and not under another argument name either."""
+    held = heldout_rows(None)
+    held_bodies = set(held["canonical_solution"])
+    trained = set(sft_rows(400)["completion"]) | set(train_rows(None)["canonical_solution"])
+    assert held_bodies and not held_bodies & trained
+    held_families = {family(p) for p in all_problems() if is_heldout(p)}
+    train_families = {family(p) for p in all_problems() if not is_heldout(p)}
+    assert not held_families & train_families
+    # Twins differing only in a name would share the family, hence the split.
+    for p in all_problems()[::97]:
+        for twin in (Problem(p.op, p.arg, "solve", p.c), Problem(p.op, p.arg, "f", p.c)):
+            assert is_heldout(twin) == is_heldout(p)
+    # times/3 and repeat/3 have the same body up to the argument name: one family.
+    assert family(Problem("times", "x", "f", 3)) == family(Problem("repeat", "s", "g", 3)) == "{a} * 3"
+    # An op without a constant is one family; holding it out would hide the op, so it always trains.
+    assert not any(is_heldout(p) for p in all_problems() if p.c is None)
+
+
+def test_split_is_the_same_in_other_processes():
+    """A digest, not Python's salted hash: a fresh interpreter with another hash seed draws the same split."""
+    code = (
+        "from experiments.tasks import all_problems, is_heldout;"
+        "print(sum(i for i, p in enumerate(all_problems()) if is_heldout(p)))"
+    )
+    here = sum(i for i, p in enumerate(all_problems()) if is_heldout(p))
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(ROOT)}
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        assert int(out.stdout) == here
 
 
 def test_rows_have_humaneval_columns():
