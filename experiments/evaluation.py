@@ -5,7 +5,9 @@ training callback.
   on Code", arXiv:2107.03374): 1 - C(n-c, k) / C(n, k), computed as a running product so it never forms big
   binomials.
 - `bootstrap_ci(values)` resamples *problems* (not samples) with a fixed-seed numpy Generator and returns the
-  percentile interval of the mean.
+  percentile interval of the mean. `hierarchical_bootstrap` does the same for several methods at once, paired on
+  problems and resampling each method's seeds; `bootstrap_p_value` and `holm` turn its replicates into tests of
+  method A - method B that hold over all pairs.
 - `evaluate_model(model, tokenizer, dataset)` samples `n_samples` completions per problem (plus one greedy
   completion), scores each with `rewards.unit_test_reward` (the same definition of "passed" that training uses)
   and returns an `EvalResult` with pass@k, greedy pass@1, the seed's first-sample pass@1, average reward and
@@ -94,6 +96,63 @@ def bootstrap_ci(
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
     return (float(lo), float(hi))
+
+
+def hierarchical_bootstrap(
+    groups: Sequence[np.ndarray], *, n_bootstrap: int = 10_000, seed: int = 0
+) -> np.ndarray:
+    """Bootstrap replicates of each group's mean, shape (n_bootstrap, len(groups)).
+
+    A group is one method's (seeds x problems) array of per-problem values, every group over the same problems
+    in the same column order. Each replicate resamples problems once for all groups (so differences between
+    groups are paired: a problem is compared with itself) and, within each group, resamples its seeds (each seed
+    is an independent training run, so seed-to-seed spread widens the interval). With one seed per group this is
+    the paired problem bootstrap. With m seeds the seed part underestimates the variance by (m-1)/m, so read few
+    seeds together with their per-seed values.
+    """
+    arrays = [np.atleast_2d(np.asarray(g, dtype=float)) for g in groups]
+    if not arrays:
+        return np.empty((n_bootstrap, 0))
+    n = arrays[0].shape[1]
+    if n == 0 or any(a.shape[1] != n or a.shape[0] == 0 for a in arrays):
+        raise ValueError(
+            f"every group needs >= 1 seed and the same {n} problems; got {[a.shape for a in arrays]}"
+        )
+    rng = np.random.default_rng(seed)
+    out = np.empty((n_bootstrap, len(arrays)))
+    chunk = max(1, 2_000_000 // (n * max(a.shape[0] for a in arrays)))  # bounds the (seeds, chunk, n) gather
+    for start in range(0, n_bootstrap, chunk):
+        b = min(chunk, n_bootstrap - start)
+        problems = rng.integers(0, n, size=(b, n))
+        for g, a in enumerate(arrays):
+            per_seed = a[:, problems].mean(axis=2).T  # (b, seeds)
+            m = a.shape[0]
+            if m > 1:
+                per_seed = np.take_along_axis(per_seed, rng.integers(0, m, size=(b, m)), axis=1)
+            out[start : start + b, g] = per_seed.mean(axis=1)
+    return out
+
+
+def bootstrap_p_value(replicates: Sequence[float] | np.ndarray) -> float:
+    """Two-sided bootstrap p-value of "the mean difference is 0" from replicates of the difference: twice the
+    smaller share of replicates on either side of 0 (counting 0 on both), with the +1 correction, capped at 1."""
+    d = np.asarray(replicates, dtype=float)
+    below = (np.sum(d <= 0) + 1) / (d.size + 1)
+    above = (np.sum(d >= 0) + 1) / (d.size + 1)
+    return float(min(1.0, 2 * min(below, above)))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values (Holm 1979): family-wise error <= alpha when adjusted p < alpha is
+    called significant, for any dependence between the tests; uniformly more powerful than Bonferroni."""
+    p = np.asarray(p_values, dtype=float)
+    order = np.argsort(p, kind="stable")
+    adjusted = np.empty_like(p)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (p.size - rank) * p[i]))
+        adjusted[i] = running
+    return [float(x) for x in adjusted]
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,9 @@ from experiments.evaluation import (
     EvalResult,
     ProblemResult,
     bootstrap_ci,
+    bootstrap_p_value,
+    hierarchical_bootstrap,
+    holm,
     pass_at_k,
     pass_at_k_per_problem,
     summarize,
@@ -86,6 +89,41 @@ def test_bootstrap_ci_width_shrinks_with_more_problems() -> None:
     w_small = np.subtract(*bootstrap_ci(small)[::-1])
     w_large = np.subtract(*bootstrap_ci(large)[::-1])
     assert w_large < w_small / 3  # ~ 1/sqrt(50) ratio in theory
+
+
+def test_hierarchical_bootstrap_pairs_problems_and_resamples_seeds() -> None:
+    rng = np.random.default_rng(1)
+    a = rng.random((1, 40))
+    # Paired on problems: B = A + 0.1 on every problem differs by exactly 0.1 in every replicate, however much
+    # the problems themselves vary; an unpaired comparison would see two wide, overlapping intervals.
+    reps = hierarchical_bootstrap([a, a + 0.1, a], n_bootstrap=500, seed=3)
+    assert reps.shape == (500, 3)
+    np.testing.assert_allclose(reps[:, 1] - reps[:, 0], 0.1)
+    np.testing.assert_array_equal(reps[:, 2], reps[:, 0])
+    assert reps[:, 0].std() > 0.02
+    # One seed: the problem bootstrap of the mean (same spread as bootstrap_ci).
+    lo, hi = np.quantile(reps[:, 0], [0.025, 0.975])
+    blo, bhi = bootstrap_ci(a[0], n_bootstrap=500, seed=3)
+    assert abs(lo - blo) < 0.03 and abs(hi - bhi) < 0.03
+    # Two seeds that disagree everywhere (0 vs 1): the seed resample gives means 0, 0.5, 1 w.p. 1/4, 1/2, 1/4.
+    seeds = np.vstack([np.zeros(20), np.ones(20)])
+    means = hierarchical_bootstrap([seeds], n_bootstrap=4000, seed=0)[:, 0]
+    assert set(np.unique(means)) == {0.0, 0.5, 1.0}
+    assert abs(np.mean(means == 0.5) - 0.5) < 0.03
+    assert np.array_equal(hierarchical_bootstrap([seeds], n_bootstrap=50, seed=9),
+                          hierarchical_bootstrap([seeds], n_bootstrap=50, seed=9))  # fmt: skip
+    with pytest.raises(ValueError, match="same"):
+        hierarchical_bootstrap([np.zeros((1, 5)), np.zeros((1, 6))])
+
+
+def test_bootstrap_p_value_and_holm_by_hand() -> None:
+    assert bootstrap_p_value(np.full(99, 0.2)) == pytest.approx(2 / 100)  # all replicates above 0
+    assert bootstrap_p_value(np.zeros(99)) == 1.0  # no difference at all
+    assert bootstrap_p_value(np.r_[np.full(90, 1.0), np.full(9, -1.0)]) == pytest.approx(2 * 10 / 100)
+    # Holm: sorted p 0.005, 0.01, 0.03, 0.04 are multiplied by 4, 3, 2, 1, then made monotone.
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert holm([]) == []
 
 
 def test_bootstrap_ci_degenerate_cases() -> None:
