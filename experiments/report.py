@@ -3,21 +3,40 @@
 `write_report(run_dirs, out_dir)` reads only files inside each run directory (docs/contracts.md):
 
 - `run.json`: `method` (else the directory name), `seed` (or `config.seed`), wall time (`wall_time_s`, else
-  `wall_time`, else `train_runtime`), training tokens/s (`tokens_per_s`, else `train_tokens_per_s`), `model`.
+  `wall_time`, else `train_runtime`), training tokens/s (`tokens_per_s`, else `train_tokens_per_s`), `model`,
+  and when present `budget` (`fresh_prompts`, `fresh_completions`, `tokens_generated`, `optimizer_steps`) and
+  `method_hparams` (the method's own hyperparameters). Older run directories lack the last two: their cells
+  read "—", and optimizer steps fall back to `global_step`.
 - `eval_before.json`, `eval_after.json`: `EvalResult.to_dict()` from `experiments.evaluation`.
 - `trainer_state.json` (else the newest `checkpoint-*/trainer_state.json`): TRL's `log_history`, from which it
   plots `reward`, `kl`, `entropy`, `completions/mean_length`, `frac_reward_zero_std` and the callback's
   `eval/pass@1`.
 
-Runs with the same method are different seeds of one method. One seed: the method's numbers are that run's
-(with its bootstrap CI). Several seeds evaluated on the same problems: per-problem estimates are averaged over
-seeds and the CI bootstraps problems again (seed 0). A metric or file that is missing is skipped and named in
-the report's "Skipped" section instead of failing. The output depends only on the inputs: no timestamps, fixed
-bootstrap seed, fixed plot metadata, and paths written relative to `out_dir`.
+What it reports:
+
+- Per method, greedy pass@1, unbiased pass@1 and pass@k over the n samples, the seed's first-sample pass@1,
+  average reward and the policy's entropy, side by side, before and after training, each with n, k, the number
+  of problems, the seeds and a 95% bootstrap interval. Sampled pass rewards a policy that merely sharpens;
+  greedy pass and entropy are there so that a sampled gain can be read for what it is.
+- Seeds: runs with the same method are seeds of it. Per-problem values form a (seeds x problems) array; the
+  method's value is its mean and its interval comes from `evaluation.hierarchical_bootstrap`, which resamples
+  problems (one resample shared by every method and phase, so differences are paired) and, within the method,
+  seeds. Each seed's own value and interval, and the spread across seeds, are listed beside the pooled one.
+- Between methods, after training, for greedy pass@1, pass@1 and pass@k: every pair's difference (better
+  minus worse point estimate) with its paired 95% interval and a bootstrap p-value; a difference is called
+  significant when its Holm-adjusted p-value is below 0.05 over all pairs of that metric (family-wise error
+  <= 5% per metric). A method's rank is 1 + the number of methods significantly better than it.
+- Coinciding curves: two runs whose logged curve (reward, KL, length, ...) matches at >= 90% of their common
+  steps are named in a note, and drawn with distinct line styles and markers so that neither hides the other.
+
+A metric or file that is missing is skipped and named in the report's "Skipped" section instead of failing.
+The output depends only on the inputs: no timestamps, fixed bootstrap seeds, fixed plot metadata, and paths
+written relative to `out_dir`.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -27,7 +46,13 @@ from typing import Any
 
 import numpy as np
 
-from experiments.evaluation import bootstrap_ci, pass_at_k_per_problem
+from experiments.evaluation import (
+    bootstrap_ci,
+    bootstrap_p_value,
+    hierarchical_bootstrap,
+    holm,
+    pass_at_k_per_problem,
+)
 
 # (log_history key, file stem, plot title, y label)
 CURVES: tuple[tuple[str, str, str, str], ...] = (
@@ -43,9 +68,18 @@ CURVES: tuple[tuple[str, str, str, str], ...] = (
     ),
     ("eval/pass@1", "eval_pass_at_1", "Held-out pass@1 during training", "pass@1"),
 )
-N_BOOTSTRAP = 1000
+N_BOOTSTRAP = 2000  # a method's interval
+N_BOOTSTRAP_PAIRS = (
+    10_000  # between methods: enough replicates to resolve Holm's smallest threshold (0.05 / 21)
+)
 BOOTSTRAP_SEED = 0
+ALPHA = 0.05
+# Two logged values coincide within ATOL + RTOL * |value|; curves coincide when >= COINCIDE_SHARE of their
+# common steps (at least COINCIDE_MIN_POINTS) do.
+ATOL, RTOL = 1e-6, 1e-4
+COINCIDE_SHARE, COINCIDE_MIN_POINTS = 0.9, 3
 PNG_METADATA = {"Software": None}  # no matplotlib version in the file: same inputs, same bytes
+RATE_METRICS = ("greedy_pass@1", "pass@1", "first_sample_pass@1")  # the pass@k of the headline k joins them
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -87,6 +121,10 @@ def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     wall = _first(meta, "wall_time_s", "wall_time", "train_runtime")
     if wall is None and log_history:
         wall = next((e["train_runtime"] for e in reversed(log_history) if "train_runtime" in e), None)
+    budget = dict(meta["budget"]) if isinstance(meta.get("budget"), Mapping) else {}
+    if budget.get("optimizer_steps") is None:
+        budget["optimizer_steps"] = _first(meta, "global_step") or (state or {}).get("global_step")
+    hparams = meta.get("method_hparams")
     return {
         "dir": run_dir,
         "has_run_json": bool(meta),
@@ -95,6 +133,8 @@ def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:
         "model": _first(meta, "model", "model_name_or_path"),
         "wall_time_s": wall,
         "tokens_per_s": _first(meta, "tokens_per_s", "train_tokens_per_s"),
+        "budget": budget,
+        "method_hparams": dict(hparams) if isinstance(hparams, Mapping) else None,
         "before": _read_json(run_dir / "eval_before.json"),
         "after": _read_json(run_dir / "eval_after.json"),
         "log_history": log_history,
@@ -102,7 +142,7 @@ def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Aggregation
+# Per-problem values and estimates
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -116,7 +156,15 @@ def _headline_k(evals: Sequence[Mapping[str, Any]]) -> int | None:
     return candidates[-1] if candidates else None
 
 
+def _first_passed(row: Mapping[str, Any]) -> float | None:
+    if row.get("first_passed") is not None:
+        return float(row["first_passed"])
+    rewards = row.get("rewards") or []
+    return float(rewards[0] >= 1.0) if rewards else None
+
+
 def _per_problem(ev: Mapping[str, Any], name: str) -> dict[str, float] | None:
+    """{task_id: value of `name` on that problem}, or None when the eval lacks what it takes."""
     rows = ev.get("problems") or []
     if not rows:
         return None
@@ -124,53 +172,129 @@ def _per_problem(ev: Mapping[str, Any], name: str) -> dict[str, float] | None:
         k = int(name.split("@")[1])
         if any(r["n"] < k for r in rows):
             return None
-        vals = pass_at_k_per_problem([r["n"] for r in rows], [r["correct"] for r in rows], k)
+        vals = list(pass_at_k_per_problem([r["n"] for r in rows], [r["correct"] for r in rows], k))
     elif name == "greedy_pass@1":
-        if any(r.get("greedy_passed") is None for r in rows):
-            return None
-        vals = [float(r["greedy_passed"]) for r in rows]
+        vals = [None if r.get("greedy_passed") is None else float(r["greedy_passed"]) for r in rows]
+    elif name == "first_sample_pass@1":
+        vals = [_first_passed(r) for r in rows]
     elif name == "avg_reward":
-        vals = [float(r["mean_reward"]) for r in rows]
+        vals = [r.get("mean_reward") for r in rows]
+    elif name == "entropy":
+        vals = [r.get("entropy") for r in rows]
     else:
+        return None
+    if any(v is None for v in vals):
         return None
     return {r["task_id"]: float(v) for r, v in zip(rows, vals)}
 
 
-def _pooled(evals: Sequence[Mapping[str, Any]], name: str) -> dict[str, float] | None:
-    """Per-problem values of `name` averaged over seeds, in the first eval's problem order; None if the evals
-    lack per-problem rows or cover different problems."""
+def _matrix(evals: Sequence[Mapping[str, Any]], name: str) -> tuple[list[str], np.ndarray] | None:
+    """(task ids, (evals x problems) array of `name`), or None if an eval lacks per-problem values or the
+    evals cover different problems."""
     per = [_per_problem(ev, name) for ev in evals]
     if not per or any(p is None for p in per) or any(set(p) != set(per[0]) for p in per):
         return None
-    return {t: float(np.mean([p[t] for p in per])) for t in per[0]}
+    tasks = list(per[0])
+    return tasks, np.array([[p[t] for t in tasks] for p in per])
 
 
-def _combine(evals: Sequence[Mapping[str, Any]], name: str) -> dict[str, Any] | None:
-    """One method's estimate of `name` over its seeds: {"value", "ci" ([lo, hi] or None), "n_seeds"}."""
-    present = [ev["metrics"][name] for ev in evals if name in ev.get("metrics", {})]
-    if len(present) != len(evals) or not present:
-        return None
-    if len(evals) == 1:
-        return {"value": present[0]["value"], "ci": list(present[0]["ci"]), "n_seeds": 1}
-    pooled = _pooled(evals, name)
-    if pooled is not None:
-        vals = np.array(list(pooled.values()))
-        lo, hi = bootstrap_ci(vals, n_bootstrap=N_BOOTSTRAP, seed=BOOTSTRAP_SEED)
-        return {"value": float(vals.mean()), "ci": [lo, hi], "n_seeds": len(evals)}
-    # Seeds evaluated on different problems: no joint CI, only the mean of the seeds' values.
-    return {"value": float(np.mean([m["value"] for m in present])), "ci": None, "n_seeds": len(evals)}
+def _interval(replicates: np.ndarray, confidence: float = 1 - ALPHA) -> list[float]:
+    lo, hi = np.quantile(replicates, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return [float(lo), float(hi)]
+
+
+def _estimate(evals: Sequence[Mapping[str, Any]], seeds: Sequence[Any], name: str) -> dict[str, Any] | None:
+    """One method's `name` over its seeds: value, 95% interval, n_seeds, per-seed values and their spread."""
+    mat = _matrix(evals, name)
+    if mat is not None:
+        x = mat[1]
+        reps = hierarchical_bootstrap([x], n_bootstrap=N_BOOTSTRAP, seed=BOOTSTRAP_SEED)[:, 0]
+        value, ci = float(x.mean()), _interval(reps)
+        per_seed = [
+            {"seed": s, "value": float(row.mean()), "ci": list(bootstrap_ci(row, n_bootstrap=N_BOOTSTRAP))}
+            for s, row in zip(seeds, x)
+        ]
+    else:  # no per-problem rows: the evals' own numbers, with an interval only for a single seed
+        present = [ev.get("metrics", {}).get(name) for ev in evals]
+        if not present or any(m is None for m in present):
+            return None
+        value = float(np.mean([m["value"] for m in present]))
+        ci = list(present[0]["ci"]) if len(present) == 1 and present[0].get("ci") else None
+        per_seed = [{"seed": s, "value": m["value"], "ci": m.get("ci")} for s, m in zip(seeds, present)]
+    est: dict[str, Any] = {"value": value, "ci": ci, "n_seeds": len(evals), "per_seed": per_seed}
+    if len(per_seed) > 1:
+        vals = [p["value"] for p in per_seed]
+        est["seed_sd"] = float(np.std(vals, ddof=1))
+        est["seed_range"] = [float(min(vals)), float(max(vals))]
+    return est
 
 
 def _delta_ci(
     before: Sequence[Mapping[str, Any]], after: Sequence[Mapping[str, Any]], name: str
 ) -> list | None:
-    """Paired bootstrap CI of after - before: both evals score the same problems, so resample problems once
-    and difference within each. Much tighter than comparing the two unpaired CIs."""
-    b, a = _pooled(before, name), _pooled(after, name)
-    if b is None or a is None or set(a) != set(b):
+    """Paired interval of after - before: each run's before and after score the same problems, so the
+    per-problem differences are resampled (problems, then the method's seeds)."""
+    b, a = _matrix(before, name), _matrix(after, name)
+    if b is None or a is None or set(a[0]) != set(b[0]) or len(a[1]) != len(b[1]):
         return None
-    lo, hi = bootstrap_ci([a[t] - b[t] for t in a], n_bootstrap=N_BOOTSTRAP, seed=BOOTSTRAP_SEED)
-    return [lo, hi]
+    order = [b[0].index(t) for t in a[0]]
+    reps = hierarchical_bootstrap([a[1] - b[1][:, order]], n_bootstrap=N_BOOTSTRAP, seed=BOOTSTRAP_SEED)
+    return _interval(reps[:, 0])
+
+
+def _comparison(
+    methods: Sequence[Mapping[str, Any]], name: str, afters: Mapping[str, Sequence[Mapping[str, Any]]]
+) -> tuple[dict[str, Any] | None, list[str]]:
+    """Every pair of methods on `name` after training: paired differences, Holm-adjusted tests, ranking."""
+    skips: list[str] = []
+    mats: dict[str, np.ndarray] = {}
+    tasks: list[str] | None = None
+    for e in methods:
+        mat = _matrix(afters[e["method"]], name)
+        if mat is None:
+            skips.append(
+                f"between methods, {name}: {e['method']} has no per-problem {name} in every eval_after.json"
+            )
+            continue
+        if tasks is None:
+            tasks = mat[0]
+        if set(mat[0]) != set(tasks):
+            skips.append(f"between methods, {name}: {e['method']} was evaluated on other problems")
+            continue
+        mats[e["method"]] = mat[1][:, [mat[0].index(t) for t in tasks]]
+    if len(mats) < 2:
+        return None, skips
+    names = list(mats)
+    reps = hierarchical_bootstrap(list(mats.values()), n_bootstrap=N_BOOTSTRAP_PAIRS, seed=BOOTSTRAP_SEED)
+    means = {m: float(x.mean()) for m, x in mats.items()}
+    pairs = []
+    for i, j in itertools.combinations(range(len(names)), 2):
+        if means[names[j]] > means[names[i]]:
+            i, j = j, i
+        d = reps[:, i] - reps[:, j]
+        pairs.append({
+            "better": names[i], "worse": names[j], "delta": means[names[i]] - means[names[j]],
+            "ci": _interval(d), "p": bootstrap_p_value(d),
+        })  # fmt: skip
+    for pair, adjusted in zip(pairs, holm([p["p"] for p in pairs])):
+        pair["p_holm"] = adjusted
+        pair["significant"] = adjusted < ALPHA
+    ranking = []
+    for m in names:
+        above = [p["better"] for p in pairs if p["worse"] == m and p["significant"]]
+        below = [p["worse"] for p in pairs if p["better"] == m and p["significant"]]
+        ranking.append({
+            "method": m, "rank": 1 + len(above), "value": means[m],
+            "ci": _interval(reps[:, names.index(m)]), "seeds": len(mats[m]),
+            "better_than": below, "worse_than": above,
+        })  # fmt: skip
+    ranking.sort(key=lambda r: (r["rank"], -r["value"]))
+    pairs.sort(key=lambda p: (not p["significant"], -p["delta"]))
+    result = {
+        "metric": name, "problems": len(tasks or []), "pairs": pairs, "ranking": ranking,
+        "correction": "holm", "alpha": ALPHA, "n_bootstrap": N_BOOTSTRAP_PAIRS,
+    }  # fmt: skip
+    return result, skips
 
 
 def _round(x: Any) -> Any:
@@ -181,6 +305,23 @@ def _round(x: Any) -> Any:
     if isinstance(x, list | tuple):
         return [_round(v) for v in x]
     return x
+
+
+def _metric_list(k: int | None) -> list[str]:
+    return (
+        ["greedy_pass@1", "pass@1", "first_sample_pass@1"]
+        + ([f"pass@{k}"] if k else [])
+        + [
+            "avg_reward",
+            "entropy",
+        ]
+    )
+
+
+def _run_label(run: Mapping[str, Any], n_runs_of_method: int) -> str:
+    if n_runs_of_method == 1:
+        return run["method"]
+    return f"{run['method']} (seed {'?' if run['seed'] is None else run['seed']})"
 
 
 def build_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike = ".",
@@ -200,8 +341,14 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
                 skipped.append(f"{rel}: eval_{phase}.json missing")
         if run["log_history"] is None:
             skipped.append(f"{rel}: trainer_state.json missing; no training curves")
+    per_method = {m: sum(r["method"] == m for r in runs) for m in order}
+    for run in runs:
+        run["label"] = _run_label(run, per_method[run["method"]])
 
+    all_evals = [r[p] for r in runs for p in ("before", "after") if r[p] is not None]
+    k_all = _headline_k(all_evals)
     methods = []
+    afters: dict[str, list] = {}
     for method in order:
         mruns = [r for r in runs if r["method"] == method]
         entry: dict[str, Any] = {
@@ -218,16 +365,19 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
         first = evals_all[0] if evals_all else {}
         entry["n"] = first.get("n")
         entry["num_problems"] = first.get("num_problems")
+        entry["eval_settings"] = {
+            key: (first.get("settings") or {}).get(key) for key in ("temperature", "top_p")
+        }
         after_timing = [r["after"].get("timing", {}) for r in mruns if r["after"] is not None]
         entry["eval_tokens_per_s"] = _mean([t.get("tokens_per_s") for t in after_timing])
-        names = ["pass@1"] + ([f"pass@{k}"] if k else []) + ["avg_reward", "greedy_pass@1"]
+        names = _metric_list(k)
         for phase in ("before", "after"):
             evals = [r[phase] for r in mruns if r[phase] is not None]
             entry[phase] = {}
             if len(evals) != len(mruns):
                 continue
             for name in names:
-                est = _combine(evals, name)
+                est = _estimate(evals, [r["seed"] for r in mruns], name)
                 if est is None:
                     skipped.append(f"{method}: {name} ({phase}) not in every eval_{phase}.json")
                 else:
@@ -237,21 +387,67 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
             for name in names
             if name in entry["before"] and name in entry["after"]
         }
-        befores = [r["before"] for r in mruns if r["before"] is not None]
-        afters = [r["after"] for r in mruns if r["after"] is not None]
-        entry["delta_ci"] = {name: _delta_ci(befores, afters, name) for name in entry["delta"]}
+        befores = [r["before"] for r in mruns]
+        afters[method] = [r["after"] for r in mruns if r["after"] is not None]
+        paired = None not in befores and len(afters[method]) == len(mruns)
+        entry["delta_ci"] = {
+            name: _delta_ci(befores, afters[method], name) if paired else None for name in entry["delta"]
+        }
         methods.append(entry)
+
+    comparisons: dict[str, Any] = {}
+    if len(methods) > 1:
+        for name in RATE_METRICS[:2] + ((f"pass@{k_all}",) if k_all else ()):
+            result, skips = _comparison([e for e in methods if len(afters[e["method"]])], name, afters)
+            skipped.extend(skips)
+            if result is not None:
+                comparisons[name] = result
 
     curves, curve_skips = _curves(runs, order)
     skipped.extend(curve_skips)
+    coincidences = _coincidences(runs, out_dir)
+    for item in coincidences:  # the later-drawn run of each pair is styled apart in the plots
+        for c in item["curves"]:
+            for s in curves.get(c["stem"], {}).get("series", []):
+                if s["label"] == item["labels"][1]:
+                    s.setdefault("coincides_with", []).append(item["labels"][0])
     report = {
         "title": title or "passk: " + ", ".join(order),
         "methods": methods,
+        "headline_k": k_all,
+        "comparisons": comparisons,
+        "runs": [_run_row(r, out_dir) for r in runs],
         "curves": curves,
+        "coincidences": coincidences,
         "skipped": skipped,
-        "bootstrap": {"n_bootstrap": N_BOOTSTRAP, "seed": BOOTSTRAP_SEED, "confidence": 0.95},
+        "bootstrap": {
+            "n_bootstrap": N_BOOTSTRAP,
+            "n_bootstrap_pairs": N_BOOTSTRAP_PAIRS,
+            "seed": BOOTSTRAP_SEED,
+            "confidence": 1 - ALPHA,
+            "unit": "problems, shared by all runs (paired); and each method's seeds, when it has several",
+        },
     }
     return _round(report)
+
+
+def _run_row(run: Mapping[str, Any], out_dir: str | os.PathLike) -> dict[str, Any]:
+    budget = run["budget"]
+    ev = run["after"] or run["before"] or {}
+    return {
+        "run": os.path.relpath(run["dir"], out_dir),
+        "label": run["label"],
+        "method": run["method"],
+        "seed": run["seed"],
+        "model": run["model"],
+        **{key: budget.get(key) for key in ("fresh_prompts", "fresh_completions", "tokens_generated")},
+        "optimizer_steps": budget.get("optimizer_steps"),
+        "wall_time_s": run["wall_time_s"],
+        "train_tokens_per_s": run["tokens_per_s"],
+        "eval_n": ev.get("n"),
+        "eval_problems": ev.get("num_problems"),
+        "method_hparams": run["method_hparams"],
+    }
 
 
 def _mean(values: Sequence[Any]) -> float | None:
@@ -270,7 +466,8 @@ def _series(log_history: Sequence[Mapping[str, Any]], key: str) -> tuple[list[fl
 
 
 def _curves(runs: Sequence[Mapping[str, Any]], order: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
-    """{file stem: {key, title, ylabel, series: [{method, seed, steps, values}]}} and what was skipped."""
+    """{file stem: {key, title, ylabel, series: [{method, seed, label, steps, values}]}}, and what was
+    skipped."""
     out: dict[str, Any] = {}
     skips: list[str] = []
     with_logs = [r for r in runs if r["log_history"] is not None]
@@ -283,7 +480,15 @@ def _curves(runs: Sequence[Mapping[str, Any]], order: Sequence[str]) -> tuple[di
                 # The starting model's score (same settings and seed as the callback's evals) is step 0.
                 steps, vals = [0.0, *steps], [float(before["value"]), *vals]
             if vals:
-                series.append({"method": run["method"], "seed": run["seed"], "steps": steps, "values": vals})
+                series.append(
+                    {
+                        "method": run["method"],
+                        "seed": run["seed"],
+                        "label": run["label"],
+                        "steps": steps,
+                        "values": vals,
+                    }
+                )
             elif run["method"] not in missing:
                 missing.append(run["method"])
         missing = [m for m in order if m in missing and m not in {s["method"] for s in series}]
@@ -297,36 +502,78 @@ def _curves(runs: Sequence[Mapping[str, Any]], order: Sequence[str]) -> tuple[di
     return out, skips
 
 
+def _matching_steps(
+    a: tuple[list[float], list[float]], b: tuple[list[float], list[float]]
+) -> tuple[int, int]:
+    """(steps where the two series agree within ATOL + RTOL * |value|, steps both logged)."""
+    da, db = dict(zip(*a)), dict(zip(*b))
+    common = sorted(set(da) & set(db))
+    matched = sum(abs(da[s] - db[s]) <= ATOL + RTOL * max(abs(da[s]), abs(db[s])) for s in common)
+    return matched, len(common)
+
+
+def _coincidences(runs: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """Pairs of runs with at least one coinciding curve, and which curves (only the logged points: the eval
+    curve's step 0, the shared starting model, is not counted)."""
+    with_logs = [r for r in runs if r["log_history"] is not None]
+    found = []
+    for a, b in itertools.combinations(with_logs, 2):
+        curves = []
+        for key, stem, title, _ in CURVES:
+            matched, common = _matching_steps(_series(a["log_history"], key), _series(b["log_history"], key))
+            if common >= COINCIDE_MIN_POINTS and matched >= COINCIDE_SHARE * common:
+                curves.append(
+                    {"key": key, "stem": stem, "title": title, "matched": matched, "common": common}
+                )
+        if curves:
+            found.append({
+                "runs": [os.path.relpath(r["dir"], out_dir) for r in (a, b)],
+                "labels": [a["label"], b["label"]], "curves": curves,
+            })  # fmt: skip
+    return found
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Rendering
 # ---------------------------------------------------------------------------------------------------------------
 
-_LABELS = {"avg_reward": "Avg reward", "greedy_pass@1": "Greedy pass@1"}
+_LABELS = {
+    "greedy_pass@1": "Greedy pass@1",
+    "first_sample_pass@1": "First-sample pass@1",
+    "avg_reward": "Avg reward",
+    "entropy": "Entropy (nats/token)",
+}
 
 
 def _label(name: str) -> str:
     return _LABELS.get(name, name.replace("pass@", "Pass@"))
 
 
+def _is_rate(name: str) -> bool:
+    return name.startswith("pass@") or name in RATE_METRICS
+
+
+def _num(name: str, x: float, signed: bool = False) -> str:
+    sign = "+" if signed else ""
+    return f"{100 * x:{sign}.1f}" if _is_rate(name) else f"{x:{sign}.3f}"
+
+
 def _fmt(name: str, est: Mapping[str, Any] | None, *, ci: bool = True) -> str:
     if est is None or est.get("value") is None:
         return "—"
-    pct = name != "avg_reward"
-    f = (lambda x: f"{100 * x:.1f}%") if pct else (lambda x: f"{x:.3f}")
-    text = f(est["value"])
+    text = _num(name, est["value"]) + ("%" if _is_rate(name) else "")
     if ci and est.get("ci") is not None and None not in est["ci"]:
         lo, hi = est["ci"]
-        text += f" [{100 * lo:.1f}, {100 * hi:.1f}]" if pct else f" [{lo:.3f}, {hi:.3f}]"
+        text += f" [{_num(name, lo)}, {_num(name, hi)}]"
     return text
 
 
 def _fmt_delta(name: str, delta: float | None, ci: Sequence[float] | None = None) -> str:
     if delta is None:
         return "—"
-    pct = name != "avg_reward"
-    text = f"{100 * delta:+.1f} pp" if pct else f"{delta:+.3f}"
+    text = _num(name, delta, signed=True) + (" pp" if _is_rate(name) else "")
     if ci is not None and None not in ci:
-        text += f" [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]" if pct else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]"
+        text += f" [{_num(name, ci[0], signed=True)}, {_num(name, ci[1], signed=True)}]"
     return text
 
 
@@ -334,51 +581,210 @@ def _fmt_num(x: Any, spec: str) -> str:
     return "—" if x is None else format(x, spec)
 
 
+def _fmt_seeds(seeds: Sequence[Any]) -> str:
+    return ", ".join("?" if s is None else str(s) for s in seeds)
+
+
 def _metric_names(entry: Mapping[str, Any]) -> list[str]:
-    names = ["pass@1"] + ([f"pass@{entry['k']}"] if entry.get("k") else []) + ["avg_reward", "greedy_pass@1"]
-    return [n for n in names if n in entry["before"] or n in entry["after"]]
+    return [n for n in _metric_list(entry.get("k")) if n in entry["before"] or n in entry["after"]]
+
+
+def _fmt_hparams(hparams: Mapping[str, Any] | None) -> str:
+    if not hparams:
+        return "—"
+    return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(hparams.items()))
+
+
+def _intro(report: Mapping[str, Any]) -> list[str]:
+    b = report["bootstrap"]
+    metrics = (
+        "n: samples per problem; k as in pass@k; problems: evaluation problems; seeds: training runs of the "
+        "method. Greedy pass@1 scores one greedy completion per problem. Pass@1 and pass@k are the unbiased "
+        "estimators of Chen et al. (2021) over the n samples at the eval temperature; they reward a policy "
+        "that merely sharpens its distribution (lower entropy), which greedy pass@1 does not. "
+        "First-sample pass@1 is seed 000's definition (the first of the n samples passes), noisier than "
+        "pass@1 and kept so that numbers can be set against its table. Entropy is the policy's own "
+        "next-token entropy (softmax of the raw logits) on its samples, in nats per token. Avg reward is the "
+        "mean unit-test reward over all samples."
+    )
+    intervals = (
+        f"Brackets are 95% bootstrap intervals ({b['n_bootstrap']:,} replicates, {b['n_bootstrap_pairs']:,} "
+        "between methods, fixed seed). The unit resampled is the problem, with one resample shared by every "
+        "run, so before/after and method-vs-method differences are paired; when a method has several seeds, "
+        "its seeds are resampled too and its value is the mean over seeds (with m seeds that part of the "
+        "interval is too narrow by (m-1)/m: read it with the per-seed values). Between methods, a difference "
+        "is significant when its Holm-adjusted p-value is below 0.05 over all pairs of that metric; a 95% "
+        "interval can exclude 0 for a difference that is not significant after that correction."
+    )
+    return [metrics, "", intervals]
+
+
+def _results_table(methods: Sequence[Mapping[str, Any]]) -> list[str]:
+    ks = {e.get("k") for e in methods}
+    k_header = f"Pass@{ks.pop()}" if len(ks) == 1 and None not in ks else "Pass@k"
+    cols = ["greedy_pass@1", "pass@1", "first_sample_pass@1", "pass@k", "avg_reward", "entropy"]
+    header = ["Method", "Seeds", "Problems", "n", "k"] + [
+        k_header if c == "pass@k" else _label(c) for c in cols
+    ]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for e in methods:
+        after = e["after"]
+        cells = [e["method"], _fmt_seeds(e["seeds"]), _fmt_num(e["num_problems"], "d"), _fmt_num(e["n"], "d"),
+                 _fmt_num(e["k"], "d")]  # fmt: skip
+        for c in cols:
+            name = f"pass@{e['k']}" if c == "pass@k" and e.get("k") else c
+            cells.append(_fmt(name, after.get(name)))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _seed_table(methods: Sequence[Mapping[str, Any]]) -> list[str]:
+    cols = ["greedy_pass@1", "pass@1", "pass@k", "entropy"]
+    header = ["Method", "Seed", "Problems", "n"] + [_label(c) for c in cols]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for e in methods:
+        if len(e["seeds"]) < 2:
+            continue
+        names = [f"pass@{e['k']}" if c == "pass@k" and e.get("k") else c for c in cols]
+        for i, seed in enumerate(e["seeds"]):
+            cells = [e["method"] if i == 0 else "", "?" if seed is None else str(seed),
+                     _fmt_num(e["num_problems"], "d"), _fmt_num(e["n"], "d")]  # fmt: skip
+            for name in names:
+                est = e["after"].get(name)
+                cells.append(
+                    _fmt(name, est["per_seed"][i]) if est and len(est.get("per_seed", [])) > i else "—"
+                )
+            lines.append("| " + " | ".join(cells) + " |")
+        spread = ["", "sd (min-max)", "", ""]
+        for name in names:
+            est = e["after"].get(name)
+            if est and "seed_sd" in est:
+                lo, hi = est["seed_range"]
+                spread.append(f"{_num(name, est['seed_sd'])} ({_num(name, lo)}-{_num(name, hi)})")
+            else:
+                spread.append("—")
+        lines.append("| " + " | ".join(spread) + " |")
+    return lines
+
+
+def _comparison_section(report: Mapping[str, Any]) -> list[str]:
+    lines = ["", "## Between methods (after training)", ""]
+    by_method = {e["method"]: e for e in report["methods"]}
+    for name, comp in report["comparisons"].items():
+        e0 = by_method[comp["ranking"][0]["method"]]
+        k_note = f", k={name.split('@')[1]}" if name.startswith("pass@") and name != "pass@1" else ""
+        n_note = "" if name == "greedy_pass@1" else f"n={e0['n']}{k_note}, "
+        lines += [
+            f"### {_label(name)} ({n_note}{comp['problems']} problems; Holm over {len(comp['pairs'])} pairs, "
+            f"alpha {comp['alpha']})",
+            "",
+            "| Rank | Method | Seeds | " + _label(name) + " [95% CI] | Significantly better than |",
+            "|---|---|---|---|---|",
+        ]
+        for r in comp["ranking"]:
+            seeds = _fmt_seeds(by_method[r["method"]]["seeds"])
+            lines.append(f"| {r['rank']} | {r['method']} | {seeds} | {_fmt(name, r)} | "
+                         f"{', '.join(r['better_than']) or '—'} |")  # fmt: skip
+        lines += ["", "| Better − worse | Δ [95% CI] | p | Holm p | Significant |", "|---|---|---|---|---|"]
+        for p in comp["pairs"]:
+            lines.append(
+                f"| {p['better']} − {p['worse']} | {_fmt_delta(name, p['delta'], p['ci'])} | {p['p']:.4f} "
+                f"| {p['p_holm']:.4f} | {'yes' if p['significant'] else 'no'} |"
+            )
+        lines.append("")
+    return lines
+
+
+def _runs_table(report: Mapping[str, Any]) -> list[str]:
+    rows = report["runs"]
+    models = {r["model"] for r in rows}
+    lines = ["", "## Runs", ""]
+    if len(models) == 1:
+        note = (
+            "Fresh prompts and completions are those sampled for training (a multi-epoch method reuses each "
+            "batch; optimizer steps count its updates)."
+        )
+        lines += [f"Model: {models.pop() or '—'}. {note}", ""]
+    header = ["Run", "Method", "Seed", "Fresh prompts", "Fresh completions", "Tokens generated",
+              "Optimizer steps", "Wall time (s)", "Train tokens/s", "Eval n x problems",
+              "Method hyperparameters"]  # fmt: skip
+    if len(models) > 1:
+        header.insert(3, "Model")
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in rows:
+        evals = f"{_fmt_num(r['eval_n'], 'd')} x {_fmt_num(r['eval_problems'], 'd')}"
+        cells = [r["run"], r["method"], "?" if r["seed"] is None else str(r["seed"]),
+                 _fmt_num(r["fresh_prompts"], ",d"), _fmt_num(r["fresh_completions"], ",d"),
+                 _fmt_num(r["tokens_generated"], ",d"), _fmt_num(r["optimizer_steps"], ",d"),
+                 _fmt_num(r["wall_time_s"], ".1f"), _fmt_num(r["train_tokens_per_s"], ".1f"), evals,
+                 _fmt_hparams(r["method_hparams"])]  # fmt: skip
+        if len(models) > 1:
+            cells.insert(3, r["model"] or "—")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def _coincidence_section(report: Mapping[str, Any]) -> list[str]:
+    if (
+        sum(1 for s in report["curves"].get("reward", {}).get("series", [])) < 2
+        and not report["coincidences"]
+    ):
+        return []
+    lines = ["", "## Coinciding curves", ""]
+    if not report["coincidences"]:
+        return lines + ["No two runs' training curves coincide."]
+    lines.append(
+        f"These runs logged the same values (within {ATOL:g} + {RTOL:g} x |value|) at "
+        f"{COINCIDE_SHARE:.0%} or more of their common steps, so one line would hide the other: in the plots the second is drawn "
+        "dashed, with markers, and its legend entry names the first."
+    )
+    lines.append("")
+    for item in report["coincidences"]:
+        parts = [f"{c['title'].lower()} ({c['matched']} of {c['common']} steps)" for c in item["curves"]]
+        lines.append(f"- **{item['labels'][0]}** and **{item['labels'][1]}**: {', '.join(parts)}.")
+    return lines
 
 
 def render_markdown(report: Mapping[str, Any]) -> str:
     """report.md from the report dict; images are linked by file name (they sit next to report.md)."""
-    lines = [f"# {report['title']}", ""]
+    methods = report["methods"]
+    lines = [f"# {report['title']}", "", *_intro(report), "", "## Results after training", ""]
+    lines += _results_table(methods)
+    lines += ["", "## Before and after training", ""]
     lines += [
-        "Pass@k is the unbiased estimator of Chen et al. (2021) over n samples per problem; greedy pass@1 uses one "
-        "greedy completion. Brackets are 95% bootstrap confidence intervals over problems; the Δ interval is a "
-        "paired bootstrap (before and after score the same problems), so it can exclude 0 while the two "
-        "intervals overlap. Avg reward is the mean unit-test reward over all samples, as in the seed chapter.",
-        "",
-        "## Results",
-        "",
-        "| Method | Metric | Before | After | Δ |",
-        "|---|---|---|---|---|",
+        "| Method | Seeds | Problems | n | Metric | Before | After | Δ (paired) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for entry in report["methods"]:
+    for entry in methods:
         for i, name in enumerate(_metric_names(entry)):
-            lines.append(
-                f"| {entry['method'] if i == 0 else ''} | {_label(name)} | {_fmt(name, entry['before'].get(name))} "
-                f"| {_fmt(name, entry['after'].get(name))} | {_fmt_delta(name, entry['delta'].get(name), entry['delta_ci'].get(name))} |"
-            )
-    lines += [
-        "",
-        "## Runs",
-        "",
-        "| Method | Seeds | n | k | Problems | Wall time (s) | Train tokens/s | Eval tokens/s | Model |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for e in report["methods"]:
-        seeds = ", ".join("?" if s is None else str(s) for s in e["seeds"])
-        lines.append(
-            f"| {e['method']} | {seeds} | {_fmt_num(e['n'], 'd')} | {_fmt_num(e['k'], 'd')} "
-            f"| {_fmt_num(e['num_problems'], 'd')} | {_fmt_num(e['wall_time_s'], '.1f')} "
-            f"| {_fmt_num(e['train_tokens_per_s'], '.1f')} | {_fmt_num(e['eval_tokens_per_s'], '.1f')} "
-            f"| {e['model'] or '—'} |"
+            head = ["", "", "", ""]
+            if i == 0:
+                head = [entry["method"], _fmt_seeds(entry["seeds"]), _fmt_num(entry["num_problems"], "d"),
+                        _fmt_num(entry["n"], "d")]  # fmt: skip
+            cells = head + [
+                _label(name),
+                _fmt(name, entry["before"].get(name)),
+                _fmt(name, entry["after"].get(name)),
+                _fmt_delta(name, entry["delta"].get(name), entry["delta_ci"].get(name)),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    if any(len(e["seeds"]) > 1 for e in methods):
+        note = (
+            "Each seed is one training run, with its own 95% interval over problems; the last row of each "
+            "method is the spread of its seeds' values."
         )
+        lines += ["", "## Seeds", "", note, ""]
+        lines += _seed_table(methods)
+    if report["comparisons"]:
+        lines += _comparison_section(report)
+    lines += _runs_table(report)
+    lines += _coincidence_section(report)
     plots = report.get("plots", {})
     if plots:
         lines += ["", "## Plots", ""]
+        titles = {"pass_at_k": "Before and after training", "comparisons": "Between methods"}
         for stem, fname in plots.items():
-            title = report["curves"][stem]["title"] if stem in report["curves"] else "Pass@k before and after"
+            title = report["curves"][stem]["title"] if stem in report["curves"] else titles.get(stem, stem)
             lines += [f"### {title}", "", f"![{title}]({fname})", ""]
     if report["skipped"]:
         lines += ["## Skipped", ""] + [f"- {s}" for s in report["skipped"]]
@@ -386,15 +792,16 @@ def render_markdown(report: Mapping[str, Any]) -> str:
 
 
 def console_table(report: Mapping[str, Any] | Sequence[str | os.PathLike]) -> str:
-    """A short fixed-width table (method x before -> after) for a terminal; takes a report dict or run dirs."""
+    """A short fixed-width table (method x before -> after) for a terminal; takes a report dict or run
+    dirs."""
     if not isinstance(report, Mapping):
         report = build_report(report)
-    header = ["method", "seeds", "pass@1", "pass@k", "avg reward", "greedy"]
+    header = ["method", "seeds", "greedy", "pass@1", "pass@k", "entropy"]
     rows = [header]
     for e in report["methods"]:
         k = e.get("k")
         cells = [e["method"], str(len(e["seeds"]))]
-        for name in ("pass@1", f"pass@{k}" if k else None, "avg_reward", "greedy_pass@1"):
+        for name in ("greedy_pass@1", "pass@1", f"pass@{k}" if k else None, "entropy"):
             if name is None:
                 cells.append("—")
                 continue
@@ -402,7 +809,7 @@ def console_table(report: Mapping[str, Any] | Sequence[str | os.PathLike]) -> st
             a = _fmt(name, e["after"].get(name), ci=False)
             cells.append(f"{b} -> {a}")
         if k:
-            cells[3] = f"(k={k}) " + cells[3]
+            cells[4] = f"(k={k}) " + cells[4]
         rows.append(cells)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     out = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
@@ -428,21 +835,28 @@ def _plot_curve(spec: Mapping[str, Any], order: Sequence[str], path: Path) -> No
     import matplotlib.pyplot as plt
 
     colors = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(order)}
-    n_seeds = {m: sum(s["method"] == m for s in spec["series"]) for m in order}
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
     styles = ["-", "--", ":", "-."]
+    markers = ["x", "+", "^", "s", "v"]
     seen: dict[str, int] = {}
+    n_coinciding = 0
     for s in spec["series"]:
         m = s["method"]
         idx = seen.get(m, 0)
         seen[m] = idx + 1
         color = colors[m]
         # Few points (e.g. periodic evals): markers make each measurement visible.
-        marker = "o" if len(s["steps"]) <= 30 else None
+        marker, style, label = ("o" if len(s["steps"]) <= 30 else None), styles[idx % 4], s["label"]
+        markevery = None
+        if s.get("coincides_with"):
+            # Drawn over an identical curve: dashed, with markers offset along the line, so both stay visible.
+            marker, style = markers[n_coinciding % len(markers)], "--"
+            markevery = (n_coinciding + 1, max(1, len(s["steps"]) // 12))
+            label += f" (= {', '.join(s['coincides_with'])})"
+            n_coinciding += 1
         ax.plot(s["steps"], s["values"], color=color, alpha=0.25, linewidth=1)
-        label = m if n_seeds[m] == 1 else f"{m} (seed {'?' if s['seed'] is None else s['seed']})"
-        ax.plot(s["steps"], _smooth(s["values"]), color=color, linewidth=2, linestyle=styles[idx % 4],
-                marker=marker, markersize=4, label=label)  # fmt: skip
+        ax.plot(s["steps"], _smooth(s["values"]), color=color, linewidth=2, linestyle=style, marker=marker,
+                markersize=5, markevery=markevery, label=label)  # fmt: skip
     smoothed = any(len(s["values"]) >= 20 for s in spec["series"])  # _smooth is the identity below 20 points
     note = " (step 0: eval_before.json)" if spec["key"].startswith("eval/") else ""
     ax.set_title(spec["title"] + (" (faint: raw, bold: smoothed)" if smoothed else "") + note)
@@ -459,7 +873,7 @@ def _plot_passk(methods: Sequence[Mapping[str, Any]], path: Path) -> bool:
     import matplotlib.pyplot as plt
 
     panels = []
-    for name in ("pass@1", "pass@k", "greedy_pass@1"):
+    for name in ("greedy_pass@1", "pass@1", "pass@k", "entropy"):
 
         def key(e, name=name):
             return f"pass@{e['k']}" if name == "pass@k" and e.get("k") else name
@@ -472,27 +886,65 @@ def _plot_passk(methods: Sequence[Mapping[str, Any]], path: Path) -> bool:
     x = np.arange(len(methods))
     width = 0.38
     for ax, (name, key) in zip(axes[0], panels):
+        scale = 1.0 if name == "entropy" else 100.0
         for j, (phase, color) in enumerate((("before", "#9ecae1"), ("after", "#08519c"))):
             vals, err = [], [[], []]
             for e in methods:
                 est = e[phase].get(key(e))
                 v = est["value"] if est else math.nan
                 lo, hi = est["ci"] if est and est.get("ci") else (v, v)
-                vals.append(100 * v)
-                err[0].append(100 * (v - lo))
-                err[1].append(100 * (hi - v))
+                vals.append(scale * v)
+                err[0].append(scale * (v - lo))
+                err[1].append(scale * (hi - v))
             ax.bar(x + (j - 0.5) * width, vals, width, yerr=err, capsize=4, color=color, label=phase,
                    error_kw={"elinewidth": 1, "ecolor": "#333333"})  # fmt: skip
         ks = sorted({e["k"] for e in methods if e.get("k")})
         title = name if name != "pass@k" else ("pass@" + "/".join(map(str, ks)) if ks else "pass@k")
-        ax.set_title(title.replace("greedy_pass@1", "greedy pass@1"))
+        ax.set_title({"greedy_pass@1": "greedy pass@1", "entropy": "policy entropy"}.get(title, title))
         ax.set_xticks(x, [e["method"] for e in methods], rotation=20 if len(methods) > 3 else 0, ha="right"
                       if len(methods) > 3 else "center")  # fmt: skip
-        ax.set_ylim(0, 105)
-        ax.set_ylabel("% of problems")
+        if name == "entropy":
+            ax.set_ylabel("nats / token")
+        else:
+            ax.set_ylim(0, 105)
+            ax.set_ylabel("% of problems")
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].legend(loc="upper left", frameon=False)
-    fig.suptitle("Before vs after training (whiskers: 95% bootstrap CI over problems)")
+    fig.suptitle("Before vs after training (whiskers: 95% bootstrap CI)")
+    fig.tight_layout()
+    fig.savefig(path, metadata=PNG_METADATA)
+    plt.close(fig)
+    return True
+
+
+def _plot_comparisons(comparisons: Mapping[str, Any], path: Path) -> bool:
+    """One panel per metric: every pair's difference with its paired 95% interval; filled when significant."""
+    import matplotlib.pyplot as plt
+
+    if not comparisons:
+        return False
+    n_pairs = max(len(c["pairs"]) for c in comparisons.values())
+    fig, axes = plt.subplots(1, len(comparisons), figsize=(5.2 * len(comparisons), 1.6 + 0.32 * n_pairs),
+                             dpi=110, squeeze=False)  # fmt: skip
+    for ax, (name, comp) in zip(axes[0], comparisons.items()):
+        pairs = comp["pairs"][::-1]
+        y = np.arange(len(pairs))
+        for yi, p in zip(y, pairs):
+            color = "#08519c" if p["significant"] else "#999999"
+            ax.plot([100 * p["ci"][0], 100 * p["ci"][1]], [yi, yi], color=color, linewidth=1.5)
+            ax.plot(
+                [100 * p["delta"]],
+                [yi],
+                "o",
+                color=color,
+                markerfacecolor=color if p["significant"] else "white",
+            )
+        ax.axvline(0, color="#333333", linewidth=0.8)
+        ax.set_yticks(y, [f"{p['better']} − {p['worse']}" for p in pairs], fontsize=7)
+        ax.set_xlabel("difference (percentage points)")
+        ax.set_title(f"{name.replace('_', ' ')} (filled: Holm p < {comp['alpha']})", fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle("Between methods after training: paired 95% bootstrap intervals")
     fig.tight_layout()
     fig.savefig(path, metadata=PNG_METADATA)
     plt.close(fig)
@@ -514,6 +966,8 @@ def write_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
         plots["pass_at_k"] = "pass_at_k.png"
     else:
         report["skipped"].append("plot pass_at_k: no eval_before/eval_after metrics")
+    if _plot_comparisons(report["comparisons"], out / "comparisons.png"):
+        plots["comparisons"] = "comparisons.png"
     for stem, spec in report["curves"].items():
         _plot_curve(spec, order, out / f"{stem}.png")
         plots[stem] = f"{stem}.png"

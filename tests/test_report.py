@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 
 from experiments.evaluation import EvalResult, ProblemResult, summarize
-from experiments.report import build_report, console_table, write_report
+from experiments.report import CURVES, build_report, console_table, render_markdown, write_report
 
 N = 5
 TASKS = [f"HumanEval/{i}" for i in range(30)]
 
 
-def _eval(correct: list[int], greedy: list[bool], seed: int = 0) -> dict:
+def _eval(correct: list[int], greedy: list[bool], seed: int = 0, tasks: list[str] = TASKS) -> dict:
     problems = [
         ProblemResult(t, N, c, [1.0] * c + [0.0] * (N - c), g, "    return x\n", 0)
-        for t, c, g in zip(TASKS, correct, greedy)
+        for t, c, g in zip(tasks, correct, greedy)
     ]
     passk, g, avg = summarize(problems, ks=(1, 5), seed=seed)
     res = EvalResult(passk, g, avg, len(problems), N, [1, 5], 1000, 10.0, 1.0, problems)
@@ -130,10 +130,31 @@ def test_report_numbers_match_the_evals(runs: list[Path], tmp_path: Path) -> Non
     assert grpo["wall_time_s"] == 120.0 and grpo["train_tokens_per_s"] == 250.0
     assert grpo["eval_tokens_per_s"] == pytest.approx(100.0)
 
+    # The seed's first-sample pass@1 beside the unbiased one: these evals put the passing samples first, so
+    # the first sample passes wherever one does (its pass@1 is then the pass@5 of these problems).
+    assert grpo["after"]["first_sample_pass@1"]["value"] == pytest.approx(22 / 30)
+    assert grpo["before"]["first_sample_pass@1"]["value"] == pytest.approx(19 / 30)
+
     text = md.read_text()
-    assert "| grpo | Pass@1 | 43.3% [" in text
+    assert "| grpo | 0 | 30 | 5 | Greedy pass@1 | 43.3% [" in text
     assert "| Pass@5 | 63.3% [" in text and "73.3% [" in text and "+10.0 pp [" in text
-    for png in ("pass_at_k", "reward", "kl", "entropy", "completion_length", "frac_reward_zero_std"):
+    assert "| First-sample pass@1 | 63.3% [" in text
+    # Results after training: every number with its interval, in a row that names seeds, problems, n and k.
+    assert (
+        "| Method | Seeds | Problems | n | k | Greedy pass@1 | Pass@1 | First-sample pass@1 | Pass@5 |"
+        in text
+    )
+    assert "| grpo | 0 | 30 | 5 | 5 | 56.7% [" in text
+    assert "## Between methods (after training)" in text and "Holm over 1 pairs" in text
+    for png in (
+        "pass_at_k",
+        "comparisons",
+        "reward",
+        "kl",
+        "entropy",
+        "completion_length",
+        "frac_reward_zero_std",
+    ):
         assert (tmp_path / "out" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"({png}.png)" in text
 
@@ -174,8 +195,8 @@ def test_report_is_byte_identical_across_calls(runs: list[Path], tmp_path: Path)
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
 
-def test_seeds_of_one_method_are_pooled_over_problems(tmp_path: Path) -> None:
-    # Seed 0 solves problems 0-14 every time, seed 1 solves 15-29: pooled pass@1 is 0.5 on every problem.
+def test_seeds_of_one_method_are_pooled_and_each_seed_is_shown(tmp_path: Path) -> None:
+    # Seed 0 solves problems 0-14 every time, seed 1 solves 15-29: pooled pass@1 is 0.5, as is each seed's.
     c0 = [5] * 15 + [0] * 15
     c1 = [0] * 15 + [5] * 15
     g = [False] * 30
@@ -188,13 +209,135 @@ def test_seeds_of_one_method_are_pooled_over_problems(tmp_path: Path) -> None:
     assert rloo["seeds"] == [0, 1]
     est = rloo["after"]["pass@1"]
     assert est["value"] == pytest.approx(0.5) and est["n_seeds"] == 2
-    assert est["ci"] == [0.5, 0.5]  # every problem's pooled estimate is 0.5: no spread left to resample
+    assert [p["value"] for p in est["per_seed"]] == [0.5, 0.5] and [p["seed"] for p in est["per_seed"]] == [
+        0,
+        1,
+    ]
+    assert est["seed_sd"] == 0.0 and est["seed_range"] == [0.5, 0.5]
+    # Seeds are resampled with problems: a resample that draws seed 0 twice sees its problems' spread.
+    assert est["ci"][0] < 0.45 and est["ci"][1] > 0.55
+
+
+def test_seed_spread_widens_the_interval(tmp_path: Path) -> None:
+    """Two seeds that agree give the one-seed interval; two that disagree (60% vs 20% on every problem) give a
+    wider one than resampling problems alone would (which sees 40% on every problem: no spread)."""
+    g = [False] * 30
+    same = [_write_run(tmp_path / f"same{s}", "a", s, None, _eval([3] * 30, g), None) for s in (0, 1)]
+    apart = [
+        _write_run(tmp_path / f"apart{s}", "b", s, None, _eval([c] * 30, g), None)
+        for s, c in ((0, 3), (1, 1))
+    ]
+    report = build_report(same + apart, tmp_path)
+    a, b = report["methods"]
+    assert a["after"]["pass@1"]["ci"] == [0.6, 0.6]
+    assert b["after"]["pass@1"]["value"] == pytest.approx(0.4) and b["after"]["pass@1"]["seed_sd"] > 0.28
+    assert b["after"]["pass@1"]["ci"] == [0.2, 0.6]  # the seed resample: both 20%, one each, both 60%
+    text = render_markdown(report)
+    assert "## Seeds" in text and "| b | 0 | 30 | 5 | 0.0% [0.0, 0.0] | 60.0% [60.0, 60.0] |" in text
+
+
+def test_between_method_differences_are_paired_and_holm_corrected(tmp_path: Path) -> None:
+    """A passes 12 more problems than B (greedy), C 1 fewer than B: A beats both after Holm, B and C tie."""
+    rng = np.random.default_rng(0)
+    base = rng.random(60) < 0.4
+    tasks = [f"t{i}" for i in range(60)]
+    gain = [i for i in range(60) if not base[i]][:12]
+    greedy = {"a": [bool(base[i] or i in gain) for i in range(60)], "b": [bool(x) for x in base]}
+    greedy["c"] = list(greedy["b"])
+    greedy["c"][int(np.flatnonzero(base)[0])] = False
+    dirs = []
+    for method, gs in greedy.items():
+        ev = _eval([5 * int(x) for x in gs], gs, tasks=tasks)
+        dirs.append(_write_run(tmp_path / method, method, 0, ev, ev, None))
+    report = build_report(dirs, tmp_path)
+    comp = report["comparisons"]["greedy_pass@1"]
+    assert comp["problems"] == 60 and comp["correction"] == "holm" and len(comp["pairs"]) == 3
+    pairs = {(p["better"], p["worse"]): p for p in comp["pairs"]}
+    ab, ac, bc = pairs[("a", "b")], pairs[("a", "c")], pairs[("b", "c")]
+    assert ab["delta"] == pytest.approx(12 / 60, abs=1e-6) and ac["delta"] == pytest.approx(13 / 60, abs=1e-6)
+    # Paired: A - B is +1 on 12 problems and 0 elsewhere, so the interval is that of a 12/60 share, not of
+    # the difference of two independent 40-60% rates.
+    assert 0.08 < ab["ci"][0] < 0.2 < ab["ci"][1] < 0.32
+    assert ab["significant"] and ac["significant"] and not bc["significant"]
+    assert bc["p_holm"] >= bc["p"] and ab["p_holm"] == pytest.approx(min(1.0, 3 * ab["p"]), rel=0.6)
+    ranks = {r["method"]: r for r in comp["ranking"]}
+    assert (
+        ranks["a"]["rank"] == 1
+        and ranks["a"]["better_than"] == ["b", "c"]
+        or ranks["a"]["better_than"] == ["c", "b"]
+    )
+    assert ranks["b"]["rank"] == ranks["c"]["rank"] == 2 and ranks["b"]["worse_than"] == ["a"]
+    text = render_markdown(report)
+    assert "| 1 | a | 0 | " in text and "| 2 | b | 0 | " in text
+    assert "| a − b | +20.0 pp [" in text
+
+
+def test_runs_table_reads_budget_and_method_hparams_and_tolerates_old_runs(tmp_path: Path) -> None:
+    ev = _eval(AFTER_C, AFTER_G)
+    new = _write_run(tmp_path / "ppo", "ppo", 0, ev, ev, None)
+    meta = json.loads((new / "run.json").read_text())
+    meta["budget"] = {
+        "fresh_prompts": 480,
+        "fresh_completions": 3840,
+        "tokens_generated": 38123,
+        "optimizer_steps": 80,
+    }
+    meta["method_hparams"] = {"num_iterations": 2, "vf_lr": 1e-4, "lam": 0.95}
+    (new / "run.json").write_text(json.dumps(meta))
+    old = _write_run(
+        tmp_path / "grpo", "grpo", 0, ev, ev, _log_history(40, np.random.default_rng(0), kl=False, slope=0.1)
+    )
+    report = build_report([new, old], tmp_path)
+    rows = {r["method"]: r for r in report["runs"]}
+    assert rows["ppo"]["fresh_completions"] == 3840 and rows["ppo"]["optimizer_steps"] == 80
+    assert (
+        rows["grpo"]["fresh_completions"] is None and rows["grpo"]["optimizer_steps"] == 40
+    )  # from trainer_state
+    text = render_markdown(report)
+    assert "| ppo | ppo | 0 | 480 | 3,840 | 38,123 | 80 |" in text
+    assert "lam=0.95, num_iterations=2, vf_lr=0.0001" in text
+    assert "| grpo | grpo | 0 | — | — | — | 40 |" in text
+
+
+def test_coinciding_curves_are_named_and_drawn_apart(tmp_path: Path) -> None:
+    history = _log_history(40, np.random.default_rng(0), kl=True, slope=0.3)
+    other = _log_history(40, np.random.default_rng(1), kl=True, slope=0.3)
+    for i, entry in enumerate(other):  # _log_history makes these the same in every run
+        for key in ("entropy", "kl", "frac_reward_zero_std", "eval/pass@1"):
+            if key in entry:
+                entry[key] += 0.001 * (i % 3 + 1)
+    ev = _eval(AFTER_C, AFTER_G)
+    dirs = [
+        _write_run(tmp_path / "reinforce_rloo", "reinforce_rloo", 42, ev, ev, history),
+        _write_run(tmp_path / "rloo", "rloo", 42, ev, ev, json.loads(json.dumps(history))),
+        _write_run(tmp_path / "grpo", "grpo", 42, ev, ev, other),
+    ]
+    md = write_report(dirs, tmp_path / "out")
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    (item,) = report["coincidences"]
+    assert item["labels"] == ["reinforce_rloo", "rloo"]
+    curves = {c["key"]: (c["matched"], c["common"]) for c in item["curves"]}
+    assert (
+        curves["reward"] == (40, 40)
+        and curves["kl"] == (40, 40)
+        and curves["completions/mean_length"] == (40, 40)
+    )
+    assert set(curves) == {c[0] for c in CURVES}  # every curve, eval/pass@1 included
+    series = {s["label"]: s for s in report["curves"]["reward"]["series"]}
+    assert series["rloo"]["coincides_with"] == ["reinforce_rloo"] and "coincides_with" not in series["grpo"]
+    text = md.read_text()
+    assert (
+        "## Coinciding curves" in text
+        and "- **reinforce_rloo** and **rloo**: training reward (40 of 40 steps)" in text
+    )
 
 
 def test_console_table(runs: list[Path]) -> None:
     table = console_table(runs)
     lines = table.splitlines()
     assert lines[0].split()[:2] == ["method", "seeds"]
+    assert lines[0].split() == ["method", "seeds", "greedy", "pass@1", "pass@k", "entropy"]
     assert lines[2].startswith("grpo") and "43.3% -> 61.3%" in lines[2] and "(k=5) 63.3% -> 73.3%" in lines[2]
+    assert "43.3% -> 56.7%" in lines[2]  # greedy
     assert lines[3].startswith("vanilla_pg")
     assert not any(math.isnan(float(x.rstrip("%"))) for x in lines[2].split() if x.endswith("%"))
