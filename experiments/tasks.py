@@ -26,9 +26,10 @@ benchmarks/bench_learning.py.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ __all__ = [
     "build_row",
     "build_rows",
     "family",
+    "greedy_sign_test",
     "heldout_rows",
     "is_heldout",
     "rl_config",
@@ -363,12 +365,15 @@ HELDOUT_EVAL: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class HeldoutScore:
-    """Passing samples out of all samples (`passed`/`n`, at T=1) and greedy passes out of problems."""
+    """Passing samples out of all samples (`passed`/`n`, at T=1) and greedy passes out of problems; `greedy`
+    holds each problem's greedy verdict (in row order) and `result` the full `EvalResult.to_dict()`."""
 
     passed: int
     n: int
     greedy_passed: int
     problems: int
+    greedy: tuple[bool, ...] = ()
+    result: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def rate(self) -> float:
@@ -385,11 +390,14 @@ def heldout_score(model: Any, tokenizer: Any, rows: Any, **overrides: Any) -> He
 
     settings = HELDOUT_EVAL | overrides
     result = evaluate_model(model, tokenizer, rows, **settings)
+    greedy = tuple(bool(p.greedy_passed) for p in result.problems) if settings["greedy"] else ()
     return HeldoutScore(
         passed=sum(p.correct for p in result.problems),
         n=settings["n_samples"] * len(result.problems),
-        greedy_passed=sum(bool(p.greedy_passed) for p in result.problems),
+        greedy_passed=sum(greedy),
         problems=len(result.problems),
+        greedy=greedy,
+        result=result.to_dict(),
     )
 
 
@@ -398,3 +406,16 @@ def two_proportion_z(passed_before: int, n_before: int, passed_after: int, n_aft
     pooled = (passed_before + passed_after) / (n_before + n_after)
     se = (pooled * (1 - pooled) * (1 / n_before + 1 / n_after)) ** 0.5
     return (passed_after / n_after - passed_before / n_before) / se if se > 0 else 0.0
+
+
+def greedy_sign_test(before: HeldoutScore, after: HeldoutScore) -> tuple[int, int, float]:
+    """(problems greedy gained, problems greedy lost, one-sided p) of an exact sign test (McNemar's) that the
+    greedy pass rate rose: both scores cover the same problems, so only the problems whose verdict changed
+    count, and under "no change" a gain and a loss are equally likely."""
+    if len(before.greedy) != len(after.greedy) or not before.greedy:
+        raise ValueError("greedy_sign_test needs per-problem greedy verdicts of the same problems")
+    gained = sum(a and not b for b, a in zip(before.greedy, after.greedy))
+    lost = sum(b and not a for b, a in zip(before.greedy, after.greedy))
+    changed = gained + lost
+    p = sum(math.comb(changed, i) for i in range(gained, changed + 1)) / 2**changed
+    return gained, lost, p
