@@ -1,14 +1,25 @@
-"""Learning curves of the seven methods on the synthetic task: held-out pass rate vs step, with a bigger budget.
+"""Learning curves of the seven methods on unseen problems of the synthetic task, with between-method intervals.
 
-    python benchmarks/bench_learning.py                          # 150 steps, seed 0, eval every 25 steps
-    python benchmarks/bench_learning.py --steps 300 --seeds 0 1 --out runs/bench_learning
+    python benchmarks/bench_learning.py --steps 150 --seeds 0 1          # the committed results
+    python benchmarks/bench_learning.py --steps 20 --seeds 0 --methods grpo ppo --out runs/quick
 
-The longer version of tests/test_learning.py: the same warm-started model (80 SFT steps), recipe
-(`experiments.tasks.RL_DEFAULTS`) and reward (`rewards.unit_test_reward`). Every `--eval-every` steps the policy
-samples 2 completions at T=1 for each of `--curve-problems` held-out problems; at the end, the full
-`--final-problems` set is scored (sampled and greedy) and compared with the warm start by a two-proportion z test.
-Writes `learning.json` (curves, training rewards, before/after with z) and `learning_heldout.png` /
-`learning_reward.png` to `--out`.
+The longer version of tests/test_learning.py: the same warm-started model (95 SFT steps), recipe
+(`experiments.tasks.RL_DEFAULTS`), reward (`rewards.unit_test_reward`) and family split (no held-out body in
+training). Every method samples the same fresh prompts: `--steps` optimizer steps of a one-epoch method, i.e.
+steps x 8 prompts x 8 completions, which a multi-epoch method (PPO) spends in more optimizer steps.
+
+- Curves: every `--eval-every` steps the policy is scored on `--curve-problems` held-out problems (2 samples at
+  T=1 and one greedy completion each).
+- Final: the warm start and every trained policy are scored on `--final-problems` held-out problems (4 samples at
+  T=1, pass@1 and pass@4, greedy pass@1, the policy's entropy); a two-proportion z (sampled) and an exact sign
+  test (greedy) compare each run with the warm start.
+- Each run is written as a passk run directory (run.json with the budget counted and the method's
+  hyperparameters, eval_before.json, eval_after.json, trainer_state.json) under `<out>/runs/`, and
+  `experiments.report.write_report` pools the seeds and compares every pair of methods, paired on problems, in
+  `<out>/report/` (report.md, report.json, PNGs).
+
+Writes `learning.json` (settings, warm start, per run: final scores, tests, curves, rewards, entropy) and
+`learning_heldout.png` / `learning_reward.png` to `--out`. `--plot-only` redraws the PNGs from learning.json.
 """
 
 from __future__ import annotations
@@ -22,12 +33,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+FINAL_EVAL = {"n_samples": 4, "ks": (1, 4)}  # over experiments.tasks.HELDOUT_EVAL
+CURVE_EVAL = {"n_samples": 2, "ks": (1,)}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="*", default=None)
-    parser.add_argument("--steps", type=int, default=150)
-    parser.add_argument("--seeds", nargs="*", type=int, default=[0])
+    parser.add_argument("--steps", type=int, default=150, help="optimizer steps of a one-epoch method")
+    parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1])
     parser.add_argument("--eval-every", type=int, default=25)
     parser.add_argument("--curve-problems", type=int, default=250)
     parser.add_argument("--final-problems", type=int, default=500)
@@ -46,7 +60,10 @@ def main() -> None:
     from transformers.trainer_callback import PrinterCallback
 
     import rewards
+    from experiments.report import console_table, write_report
     from experiments.tasks import (
+        WARM_START_STEPS,
+        greedy_sign_test,
         heldout_rows,
         heldout_score,
         rl_config,
@@ -63,26 +80,31 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(warm)
     curve_rows, final_rows = heldout_rows(args.curve_problems), heldout_rows(args.final_problems)
     base = AutoModelForCausalLM.from_pretrained(warm)
-    before = heldout_score(base, tokenizer, final_rows)
-    before_curve = heldout_score(base, tokenizer, curve_rows, greedy=False)
+    before = heldout_score(base, tokenizer, final_rows, **FINAL_EVAL)
+    before_curve = heldout_score(base, tokenizer, curve_rows, **CURVE_EVAL)
     print(f"warm start: sampled {before.passed}/{before.n}, greedy {before.greedy_passed}/{before.problems}", flush=True)
 
     class HeldoutCurve(TrainerCallback):
         def __init__(self):
-            self.points = [(0, before_curve.rate)]
+            self.points = [(0, before_curve.rate, before_curve.greedy_rate)]
 
         def on_step_end(self, cb_args, state, control, model=None, **kwargs):
             if state.global_step % args.eval_every == 0 and state.global_step < state.max_steps:
-                self.points.append((state.global_step, heldout_score(model, tokenizer, curve_rows, greedy=False).rate))
+                s = heldout_score(model, tokenizer, curve_rows, **CURVE_EVAL)
+                self.points.append((state.global_step, s.rate, s.greedy_rate))
 
-    results = {"settings": {k: str(v) for k, v in vars(args).items()}, "before": vars(before), "runs": []}
+    settings = {k: str(v) for k, v in vars(args).items()} | {"warm_start_steps": WARM_START_STEPS}
+    results = {"settings": settings, "before": _score_dict(before), "runs": []}
+    run_dirs = []
     for seed in args.seeds:
         for method in methods:
+            run_dir = args.out / "runs" / f"{method}-seed{seed}"
             curve = HeldoutCurve()
+            config = rl_config(method, run_dir, max_steps=args.steps, seed=seed)
             trainer = METHODS[method].trainer_cls(
                 model=str(warm),
                 reward_funcs=[rewards.unit_test_reward],
-                args=rl_config(method, args.out / f"{method}-seed{seed}", max_steps=args.steps, seed=seed),
+                args=config,
                 train_dataset=train_rows(3000),
                 processing_class=tokenizer,
                 callbacks=[curve],
@@ -91,29 +113,63 @@ def main() -> None:
             t0 = time.perf_counter()
             trainer.train()
             seconds = time.perf_counter() - t0
-            after = heldout_score(trainer.model, tokenizer, final_rows)
-            curve.points.append((args.steps, heldout_score(trainer.model, tokenizer, curve_rows, greedy=False).rate))
+            steps = trainer.state.global_step
+            after = heldout_score(trainer.model, tokenizer, final_rows, **FINAL_EVAL)
+            end = heldout_score(trainer.model, tokenizer, curve_rows, **CURVE_EVAL)
+            curve.points.append((steps, end.rate, end.greedy_rate))
+            gained, lost, p_greedy = greedy_sign_test(before, after)
             history = trainer.state.log_history
             run = {
                 "method": method,
                 "seed": seed,
                 "train_seconds": seconds,
-                "after": vars(after),
+                "optimizer_steps": steps,
+                "after": _score_dict(after),
                 "z": two_proportion_z(before.passed, before.n, after.passed, after.n),
-                "z_greedy": two_proportion_z(before.greedy_passed, before.problems, after.greedy_passed, after.problems),
+                "greedy_gained": gained,
+                "greedy_lost": lost,
+                "greedy_sign_p": p_greedy,
                 "curve": curve.points,
                 "reward": [(h["step"], h["reward"]) for h in history if "reward" in h],
                 "entropy": [(h["step"], h["entropy"]) for h in history if "entropy" in h],
             }
             results["runs"].append(run)
+            _write_run_dir(run_dir, trainer, method, seed, seconds, before, after)
+            run_dirs.append(run_dir)
             print(
                 f"{method:<16} seed {seed}: sampled {before.passed}/{before.n} -> {after.passed}/{after.n} "
                 f"(z {run['z']:.1f}), greedy {before.greedy_passed} -> {after.greedy_passed}/{after.problems} "
-                f"(z {run['z_greedy']:.1f}), {seconds / args.steps:.2f} s/step",
+                f"(+{gained} -{lost}, sign-test p {p_greedy:.2g}), {seconds / steps:.2f} s/step",
                 flush=True,
             )
             (args.out / "learning.json").write_text(json.dumps(results, indent=1))
     plot(results, args.out)
+    title = f"Learning on unseen problems: {args.steps} steps, seeds {', '.join(map(str, args.seeds))}"
+    report = write_report(run_dirs, args.out / "report", title=title)
+    print(console_table(json.loads(report.with_suffix(".json").read_text())))
+    print(f"report: {report}")
+
+
+def _score_dict(score) -> dict:
+    return {"passed": score.passed, "n": score.n, "greedy_passed": score.greedy_passed, "problems": score.problems}
+
+
+def _write_run_dir(run_dir: Path, trainer, method: str, seed: int, seconds: float, before, after) -> None:
+    """The files `experiments.report` reads, as `passk train` writes them."""
+    from experiments.tasks import WARM_START_STEPS
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trainer.save_state()  # trainer_state.json with the per-step log
+    (run_dir / "eval_before.json").write_text(json.dumps(before.result, indent=1))
+    (run_dir / "eval_after.json").write_text(json.dumps(after.result, indent=1))
+    meta = {
+        "method": method,
+        "seed": seed,
+        "model": f"task model, {WARM_START_STEPS} SFT steps",
+        "wall_time_s": seconds,
+        "global_step": trainer.state.global_step,
+    }
+    (run_dir / "run.json").write_text(json.dumps(meta, indent=1))
 
 
 def plot(results: dict, out: Path) -> None:
@@ -122,35 +178,51 @@ def plot(results: dict, out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    methods = list(dict.fromkeys(run["method"] for run in results["runs"]))
+    seeds = list(dict.fromkeys(run["seed"] for run in results["runs"]))
+    styles = ["-", "--", ":", "-."]
+    seed_note = f"one colour per method; seeds {seeds} as {', '.join(styles[: len(seeds)])}"
+
+    def line(ax, run, xs, ys, marker=None):
+        seed_index = seeds.index(run["seed"])
+        ax.plot(xs, ys, color=f"C{methods.index(run['method'])}", linestyle=styles[seed_index % len(styles)],
+                marker=marker, ms=3, label=run["method"] if seed_index == 0 else None)  # fmt: skip
+
+    # Held-out pass during training: sampled (T=1) and greedy side by side.
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for run in results["runs"]:
+        steps = [p[0] for p in run["curve"]]
+        line(axes[0], run, steps, [p[1] for p in run["curve"]], marker="o")
+        line(axes[1], run, steps, [p[2] for p in run["curve"]], marker="o")
+    for ax, title in zip(axes, ("sampled pass@1 (T=1, 2 samples)", "greedy pass@1")):
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("optimizer step")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("held-out pass rate (unseen families)")
+    axes[1].legend(fontsize=7)
+    fig.suptitle(seed_note, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "learning_heldout.png", dpi=120)
+    plt.close(fig)
+
     def smooth(points: list, k: int = 10) -> tuple[list, list]:
         xs, ys = zip(*points)
         return list(xs), [sum(ys[max(0, i - k + 1) : i + 1]) / len(ys[max(0, i - k + 1) : i + 1]) for i in range(len(ys))]
 
-    for key, fname, ylabel in (
-        ("curve", "learning_heldout.png", "held-out pass rate (T=1)"),
-        ("reward", "learning_reward.png", "training reward (10-step mean)"),
-    ):
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        methods = list(dict.fromkeys(run["method"] for run in results["runs"]))
-        seeds = list(dict.fromkeys(run["seed"] for run in results["runs"]))
-        styles = ["-", "--", ":", "-."]
-        for run in results["runs"]:
-            xs, ys = smooth(run[key]) if key == "reward" else zip(*run[key])
-            seed_index = seeds.index(run["seed"])
-            ax.plot(
-                xs, ys, color=f"C{methods.index(run['method'])}", linestyle=styles[seed_index % len(styles)],
-                marker="o" if key == "curve" else None, ms=3,
-                label=run["method"] if seed_index == 0 else None,
-            )  # fmt: skip
-        if len(seeds) > 1:
-            ax.set_title(f"one colour per method; seeds {seeds} as {', '.join(styles[: len(seeds)])}", fontsize=9)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for run in results["runs"]:
+        line(axes[0], run, *smooth(run["reward"]))
+        if run["entropy"]:
+            line(axes[1], run, *smooth(run["entropy"]))
+    for ax, ylabel in zip(axes, ("training reward (10-step mean)", "policy entropy, nats/token (10-step mean)")):
         ax.set_xlabel("optimizer step")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / fname, dpi=120)
-        plt.close(fig)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(seed_note, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out / "learning_reward.png", dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

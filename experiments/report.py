@@ -640,7 +640,9 @@ def _results_table(methods: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def _seed_table(methods: Sequence[Mapping[str, Any]]) -> list[str]:
     cols = ["greedy_pass@1", "pass@1", "pass@k", "entropy"]
-    header = ["Method", "Seed", "Problems", "n"] + [_label(c) for c in cols]
+    ks = {e.get("k") for e in methods}
+    k_header = f"Pass@{ks.pop()}" if len(ks) == 1 and None not in ks else "Pass@k"
+    header = ["Method", "Seed", "Problems", "n"] + [k_header if c == "pass@k" else _label(c) for c in cols]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for e in methods:
         if len(e["seeds"]) < 2:
@@ -682,8 +684,9 @@ def _comparison_section(report: Mapping[str, Any]) -> list[str]:
             "|---|---|---|---|---|",
         ]
         for r in comp["ranking"]:
-            seeds = _fmt_seeds(by_method[r["method"]]["seeds"])
-            lines.append(f"| {r['rank']} | {r['method']} | {seeds} | {_fmt(name, r)} | "
+            entry = by_method[r["method"]]
+            seeds = _fmt_seeds(entry["seeds"])  # the method's own estimate, as in the results table
+            lines.append(f"| {r['rank']} | {r['method']} | {seeds} | {_fmt(name, entry['after'].get(name))} | "
                          f"{', '.join(r['better_than']) or '—'} |")  # fmt: skip
         lines += ["", "| Better − worse | Δ [95% CI] | p | Holm p | Significant |", "|---|---|---|---|---|"]
         for p in comp["pairs"]:
