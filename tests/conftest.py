@@ -58,9 +58,9 @@ def humaneval():
 
 @pytest.fixture(scope="session")
 def warm_task_model(passk_cache: Path) -> str:
-    """The learnable task's model after the demo's warm start (80 SFT steps), cached for the session."""
-    from experiments.tasks import task_model_path
+    """The learnable task's model after the demo's warm start, cached for the session."""
+    from experiments.tasks import WARM_START_STEPS, task_model_path
     from experiments.train import warm_started_model
 
     base = task_model_path(cache_dir=passk_cache)
-    return warm_started_model(str(base), 80, cache_dir=passk_cache)
+    return warm_started_model(str(base), WARM_START_STEPS, cache_dir=passk_cache)

@@ -140,11 +140,13 @@ def test_lora_flag_trains_an_adapter_that_passk_eval_loads(
     from safetensors.torch import load_file
 
     from experiments.cli import main
-    from experiments.tasks import task_model_path
+    from experiments.tasks import WARM_START_STEPS, task_model_path
     from experiments.train import warm_started_model
 
     monkeypatch.setenv("PASSK_CACHE", str(passk_cache))
-    model = warm_started_model(str(task_model_path(cache_dir=passk_cache)), 80, cache_dir=passk_cache)
+    model = warm_started_model(
+        str(task_model_path(cache_dir=passk_cache)), WARM_START_STEPS, cache_dir=passk_cache
+    )
     out = tmp_path / "lora"
     common = ["--n_eval", "8", "--eval_n", "2", "--eval_ks", "1", "2", "--eval_every_n_steps", "0"]
     argv = [
