@@ -6,9 +6,10 @@
 The longer version of tests/test_learning.py: the same warm-started model (95 SFT steps), recipe
 (`experiments.tasks.RL_DEFAULTS`), reward (`rewards.unit_test_reward`) and family split (no held-out body in
 training). Every method samples the same fresh prompts: `--steps` optimizer steps of a one-epoch method, i.e.
-steps x 8 prompts x 8 completions, which a multi-epoch method (PPO) spends in more optimizer steps.
+steps x 8 prompts x 8 completions, which a multi-epoch method (PPO) spends in `num_iterations` times the
+optimizer steps. Curves are drawn against the fresh prompts sampled, so the methods line up.
 
-- Curves: every `--eval-every` steps the policy is scored on `--curve-problems` held-out problems (2 samples at
+- Curves: every `--eval-every` generation batches the policy is scored on `--curve-problems` held-out problems (2 samples at
   T=1 and one greedy completion each).
 - Final: the warm start and every trained policy are scored on `--final-problems` held-out problems (4 samples at
   T=1, pass@1 and pass@4, greedy pass@1, the policy's entropy); a two-proportion z (sampled) and an exact sign
@@ -85,13 +86,21 @@ def main() -> None:
     print(f"warm start: sampled {before.passed}/{before.n}, greedy {before.greedy_passed}/{before.problems}", flush=True)
 
     class HeldoutCurve(TrainerCallback):
-        def __init__(self):
+        """Held-out pass every `--eval-every` generation batches, at x = fresh prompts sampled so far."""
+
+        def __init__(self, epochs: int, prompts_per_batch: int):
+            self.epochs, self.prompts_per_batch = epochs, prompts_per_batch
             self.points = [(0, before_curve.rate, before_curve.greedy_rate)]
 
         def on_step_end(self, cb_args, state, control, model=None, **kwargs):
-            if state.global_step % args.eval_every == 0 and state.global_step < state.max_steps:
+            every = args.eval_every * self.epochs
+            if state.global_step % every == 0 and state.global_step < state.max_steps:
                 s = heldout_score(model, tokenizer, curve_rows, **CURVE_EVAL)
-                self.points.append((state.global_step, s.rate, s.greedy_rate))
+                self.points.append((self.fresh_prompts(state.global_step), s.rate, s.greedy_rate))
+
+        def fresh_prompts(self, step: int) -> int:
+            """Prompts sampled up to optimizer step `step` (a batch is sampled at its first epoch's step)."""
+            return -(-step // self.epochs) * self.prompts_per_batch
 
     settings = {k: str(v) for k, v in vars(args).items()} | {"warm_start_steps": WARM_START_STEPS}
     results = {"settings": settings, "before": _score_dict(before), "runs": []}
@@ -99,8 +108,13 @@ def main() -> None:
     for seed in args.seeds:
         for method in methods:
             run_dir = args.out / "runs" / f"{method}-seed{seed}"
-            curve = HeldoutCurve()
-            config = rl_config(method, run_dir, max_steps=args.steps, seed=seed)
+            # Equal fresh samples: a method that trains `num_iterations` epochs on each generation batch (one
+            # batch per optimizer step here: generation_batch_size == per_device_train_batch_size) takes as many
+            # times the optimizer steps.
+            epochs = int(getattr(rl_config(method, run_dir, max_steps=1), "num_iterations", 1) or 1)
+            config = rl_config(method, run_dir, max_steps=args.steps * epochs, seed=seed)
+            prompts_per_batch = config.generation_batch_size // config.num_generations
+            curve = HeldoutCurve(epochs, prompts_per_batch)
             trainer = METHODS[method].trainer_cls(
                 model=str(warm),
                 reward_funcs=[rewards.unit_test_reward],
@@ -116,7 +130,7 @@ def main() -> None:
             steps = trainer.state.global_step
             after = heldout_score(trainer.model, tokenizer, final_rows, **FINAL_EVAL)
             end = heldout_score(trainer.model, tokenizer, curve_rows, **CURVE_EVAL)
-            curve.points.append((steps, end.rate, end.greedy_rate))
+            curve.points.append((curve.fresh_prompts(steps), end.rate, end.greedy_rate))
             gained, lost, p_greedy = greedy_sign_test(before, after)
             history = trainer.state.log_history
             run = {
@@ -124,14 +138,15 @@ def main() -> None:
                 "seed": seed,
                 "train_seconds": seconds,
                 "optimizer_steps": steps,
+                "fresh_prompts": curve.fresh_prompts(steps),
                 "after": _score_dict(after),
                 "z": two_proportion_z(before.passed, before.n, after.passed, after.n),
                 "greedy_gained": gained,
                 "greedy_lost": lost,
                 "greedy_sign_p": p_greedy,
                 "curve": curve.points,
-                "reward": [(h["step"], h["reward"]) for h in history if "reward" in h],
-                "entropy": [(h["step"], h["entropy"]) for h in history if "entropy" in h],
+                "reward": [(curve.fresh_prompts(h["step"]), h["reward"]) for h in history if "reward" in h],
+                "entropy": [(curve.fresh_prompts(h["step"]), h["entropy"]) for h in history if "entropy" in h],
             }
             results["runs"].append(run)
             _write_run_dir(run_dir, trainer, method, seed, seconds, before, after)
@@ -196,7 +211,7 @@ def plot(results: dict, out: Path) -> None:
         line(axes[1], run, steps, [p[2] for p in run["curve"]], marker="o")
     for ax, title in zip(axes, ("sampled pass@1 (T=1, 2 samples)", "greedy pass@1")):
         ax.set_title(title, fontsize=10)
-        ax.set_xlabel("optimizer step")
+        ax.set_xlabel("fresh prompts sampled (8 completions each)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("held-out pass rate (unseen families)")
     axes[1].legend(fontsize=7)
@@ -215,7 +230,7 @@ def plot(results: dict, out: Path) -> None:
         if run["entropy"]:
             line(axes[1], run, *smooth(run["entropy"]))
     for ax, ylabel in zip(axes, ("training reward (10-step mean)", "policy entropy, nats/token (10-step mean)")):
-        ax.set_xlabel("optimizer step")
+        ax.set_xlabel("fresh prompts sampled (8 completions each)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
