@@ -1,20 +1,20 @@
 """Learning curves of the seven methods on unseen problems of the synthetic task, with between-method intervals.
 
-    python benchmarks/bench_learning.py --steps 150 --seeds 0 1          # the committed results
-    python benchmarks/bench_learning.py --steps 20 --seeds 0 --methods grpo ppo --out runs/quick
+    python benchmarks/bench_learning.py --prompts 1200 --seeds 0 1        # the committed results
+    python benchmarks/bench_learning.py --prompts 160 --seeds 0 --methods grpo ppo --out runs/quick
 
 The longer version of tests/test_learning.py: the same warm-started model (95 SFT steps), recipe
 (`experiments.tasks.RL_DEFAULTS`), reward (`rewards.unit_test_reward`) and family split (no held-out body in
-training). Every method samples the same fresh prompts: `--steps` optimizer steps of a one-epoch method, i.e.
-steps x 8 prompts x 8 completions, which a multi-epoch method (PPO) spends in `num_iterations` times the
-optimizer steps. Curves are drawn against the fresh prompts sampled, so the methods line up.
+training). Every method samples the same `--prompts` fresh prompts, 8 completions each, in generation batches of
+8 prompts (`experiments.budget.derive_max_steps`: a one-epoch method takes one optimizer step per batch, PPO two),
+counted by `experiments.budget.SampleLog`.
 
-- Curves: every `--eval-every` generation batches the policy is scored on `--curve-problems` held-out problems (2 samples at
-  T=1 and one greedy completion each).
+- Curves: every `--eval-every` fresh prompts the policy is scored on `--curve-problems` held-out problems (2
+  samples at T=1 and one greedy completion each), drawn against the fresh prompts sampled so the methods line up.
 - Final: the warm start and every trained policy are scored on `--final-problems` held-out problems (4 samples at
   T=1, pass@1 and pass@4, greedy pass@1, the policy's entropy); a two-proportion z (sampled) and an exact sign
   test (greedy) compare each run with the warm start.
-- Each run is written as a passk run directory (run.json with the budget counted and the method's
+- Each run is written as a passk run directory (run.json with the counted budget and the method's
   hyperparameters, eval_before.json, eval_after.json, trainer_state.json) under `<out>/runs/`, and
   `experiments.report.write_report` pools the seeds and compares every pair of methods, paired on problems, in
   `<out>/report/` (report.md, report.json, PNGs).
@@ -41,9 +41,9 @@ CURVE_EVAL = {"n_samples": 2, "ks": (1,)}
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", nargs="*", default=None)
-    parser.add_argument("--steps", type=int, default=150, help="optimizer steps of a one-epoch method")
+    parser.add_argument("--prompts", type=int, default=1200, help="fresh prompts every method samples")
     parser.add_argument("--seeds", nargs="*", type=int, default=[0, 1])
-    parser.add_argument("--eval-every", type=int, default=25)
+    parser.add_argument("--eval-every", type=int, default=200, help="fresh prompts between curve points")
     parser.add_argument("--curve-problems", type=int, default=250)
     parser.add_argument("--final-problems", type=int, default=500)
     parser.add_argument("--threads", type=int, default=1)
@@ -61,6 +61,7 @@ def main() -> None:
     from transformers.trainer_callback import PrinterCallback
 
     import rewards
+    from experiments.budget import SampleLog, generation_shape
     from experiments.report import console_table, write_report
     from experiments.tasks import (
         WARM_START_STEPS,
@@ -73,7 +74,7 @@ def main() -> None:
         two_proportion_z,
     )
     from experiments.tasks import warm_start as sft_warm_start
-    from experiments.trainers import METHODS
+    from experiments.trainers import METHODS, method_hparams
 
     methods = args.methods or list(METHODS)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -83,24 +84,26 @@ def main() -> None:
     base = AutoModelForCausalLM.from_pretrained(warm)
     before = heldout_score(base, tokenizer, final_rows, **FINAL_EVAL)
     before_curve = heldout_score(base, tokenizer, curve_rows, **CURVE_EVAL)
-    print(f"warm start: sampled {before.passed}/{before.n}, greedy {before.greedy_passed}/{before.problems}", flush=True)
+    print(
+        f"warm start: sampled {before.passed}/{before.n}, greedy {before.greedy_passed}/{before.problems}",
+        flush=True,
+    )
 
     class HeldoutCurve(TrainerCallback):
-        """Held-out pass every `--eval-every` generation batches, at x = fresh prompts sampled so far."""
+        """Held-out pass every `--eval-every` fresh prompts, at the end of a generation batch's last step."""
 
-        def __init__(self, epochs: int, prompts_per_batch: int):
-            self.epochs, self.prompts_per_batch = epochs, prompts_per_batch
+        def __init__(self, log: SampleLog, steps_per_batch: int):
+            self.log, self.steps_per_batch = log, steps_per_batch
             self.points = [(0, before_curve.rate, before_curve.greedy_rate)]
+            self.next_at = args.eval_every
 
         def on_step_end(self, cb_args, state, control, model=None, **kwargs):
-            every = args.eval_every * self.epochs
-            if state.global_step % every == 0 and state.global_step < state.max_steps:
-                s = heldout_score(model, tokenizer, curve_rows, **CURVE_EVAL)
-                self.points.append((self.fresh_prompts(state.global_step), s.rate, s.greedy_rate))
-
-        def fresh_prompts(self, step: int) -> int:
-            """Prompts sampled up to optimizer step `step` (a batch is sampled at its first epoch's step)."""
-            return -(-step // self.epochs) * self.prompts_per_batch
+            fresh = self.log.totals()["fresh_prompts"]
+            if fresh >= self.next_at and state.global_step % self.steps_per_batch == 0:
+                if state.global_step < state.max_steps:  # the last point is the final model's, below
+                    s = heldout_score(model, tokenizer, curve_rows, **CURVE_EVAL)
+                    self.points.append((fresh, s.rate, s.greedy_rate))
+                self.next_at += args.eval_every
 
     settings = {k: str(v) for k, v in vars(args).items()} | {"warm_start_steps": WARM_START_STEPS}
     results = {"settings": settings, "before": _score_dict(before), "runs": []}
@@ -108,21 +111,23 @@ def main() -> None:
     for seed in args.seeds:
         for method in methods:
             run_dir = args.out / "runs" / f"{method}-seed{seed}"
-            # Equal fresh samples: a method that trains `num_iterations` epochs on each generation batch (one
-            # batch per optimizer step here: generation_batch_size == per_device_train_batch_size) takes as many
-            # times the optimizer steps.
-            epochs = int(getattr(rl_config(method, run_dir, max_steps=1), "num_iterations", 1) or 1)
-            config = rl_config(method, run_dir, max_steps=args.steps * epochs, seed=seed)
-            prompts_per_batch = config.generation_batch_size // config.num_generations
-            curve = HeldoutCurve(epochs, prompts_per_batch)
+            config = rl_config(method, run_dir, budget_prompts=args.prompts, seed=seed)
+            shape = generation_shape(config)
+            steps_per_batch = (
+                shape["steps_per_generation"]
+                * shape["num_iterations"]
+                // shape["gradient_accumulation_steps"]
+            )
             trainer = METHODS[method].trainer_cls(
                 model=str(warm),
                 reward_funcs=[rewards.unit_test_reward],
                 args=config,
                 train_dataset=train_rows(3000),
                 processing_class=tokenizer,
-                callbacks=[curve],
             )
+            log = SampleLog(trainer)
+            curve = HeldoutCurve(log, max(1, steps_per_batch))
+            trainer.add_callback(curve)
             trainer.remove_callback(PrinterCallback)
             t0 = time.perf_counter()
             trainer.train()
@@ -130,46 +135,60 @@ def main() -> None:
             steps = trainer.state.global_step
             after = heldout_score(trainer.model, tokenizer, final_rows, **FINAL_EVAL)
             end = heldout_score(trainer.model, tokenizer, curve_rows, **CURVE_EVAL)
-            curve.points.append((curve.fresh_prompts(steps), end.rate, end.greedy_rate))
+            budget = {**log.totals(), "optimizer_steps": steps}
+            curve.points.append((budget["fresh_prompts"], end.rate, end.greedy_rate))
             gained, lost, p_greedy = greedy_sign_test(before, after)
             history = trainer.state.log_history
             run = {
                 "method": method,
                 "seed": seed,
                 "train_seconds": seconds,
-                "optimizer_steps": steps,
-                "fresh_prompts": curve.fresh_prompts(steps),
+                "budget": budget,
+                "method_hparams": method_hparams(method, config),
                 "after": _score_dict(after),
                 "z": two_proportion_z(before.passed, before.n, after.passed, after.n),
                 "greedy_gained": gained,
                 "greedy_lost": lost,
                 "greedy_sign_p": p_greedy,
                 "curve": curve.points,
-                "reward": [(curve.fresh_prompts(h["step"]), h["reward"]) for h in history if "reward" in h],
-                "entropy": [(curve.fresh_prompts(h["step"]), h["entropy"]) for h in history if "entropy" in h],
+                "reward": [(fresh_at(log, h["step"]), h["reward"]) for h in history if "reward" in h],
+                "entropy": [(fresh_at(log, h["step"]), h["entropy"]) for h in history if "entropy" in h],
             }
             results["runs"].append(run)
-            _write_run_dir(run_dir, trainer, method, seed, seconds, before, after)
+            _write_run_dir(run_dir, trainer, run, before, after)
             run_dirs.append(run_dir)
             print(
                 f"{method:<16} seed {seed}: sampled {before.passed}/{before.n} -> {after.passed}/{after.n} "
                 f"(z {run['z']:.1f}), greedy {before.greedy_passed} -> {after.greedy_passed}/{after.problems} "
-                f"(+{gained} -{lost}, sign-test p {p_greedy:.2g}), {seconds / steps:.2f} s/step",
+                f"(+{gained} -{lost}, sign-test p {p_greedy:.2g}); {budget['fresh_prompts']} prompts, {steps} steps, "
+                f"{seconds / steps:.2f} s/step",
                 flush=True,
             )
             (args.out / "learning.json").write_text(json.dumps(results, indent=1))
     plot(results, args.out)
-    title = f"Learning on unseen problems: {args.steps} steps, seeds {', '.join(map(str, args.seeds))}"
+    title = (
+        f"Learning on unseen problems: {args.prompts} fresh prompts, seeds {', '.join(map(str, args.seeds))}"
+    )
     report = write_report(run_dirs, args.out / "report", title=title)
     print(console_table(json.loads(report.with_suffix(".json").read_text())))
     print(f"report: {report}")
 
 
 def _score_dict(score) -> dict:
-    return {"passed": score.passed, "n": score.n, "greedy_passed": score.greedy_passed, "problems": score.problems}
+    return {
+        "passed": score.passed,
+        "n": score.n,
+        "greedy_passed": score.greedy_passed,
+        "problems": score.problems,
+    }
 
 
-def _write_run_dir(run_dir: Path, trainer, method: str, seed: int, seconds: float, before, after) -> None:
+def fresh_at(log, step: int) -> int:
+    """Fresh prompts sampled before optimizer step `step` ended (a batch is logged at the step it feeds first)."""
+    return sum(len(g["prompts"]) for g in log.generations if g["step"] < step)
+
+
+def _write_run_dir(run_dir: Path, trainer, run: dict, before, after) -> None:
     """The files `experiments.report` reads, as `passk train` writes them."""
     from experiments.tasks import WARM_START_STEPS
 
@@ -178,13 +197,15 @@ def _write_run_dir(run_dir: Path, trainer, method: str, seed: int, seconds: floa
     (run_dir / "eval_before.json").write_text(json.dumps(before.result, indent=1))
     (run_dir / "eval_after.json").write_text(json.dumps(after.result, indent=1))
     meta = {
-        "method": method,
-        "seed": seed,
+        "method": run["method"],
+        "seed": run["seed"],
         "model": f"task model, {WARM_START_STEPS} SFT steps",
-        "wall_time_s": seconds,
+        "wall_time_s": run["train_seconds"],
         "global_step": trainer.state.global_step,
+        "budget": run["budget"],
+        "method_hparams": run["method_hparams"],
     }
-    (run_dir / "run.json").write_text(json.dumps(meta, indent=1))
+    (run_dir / "run.json").write_text(json.dumps(meta, indent=1, default=str))
 
 
 def plot(results: dict, out: Path) -> None:
@@ -222,14 +243,18 @@ def plot(results: dict, out: Path) -> None:
 
     def smooth(points: list, k: int = 10) -> tuple[list, list]:
         xs, ys = zip(*points)
-        return list(xs), [sum(ys[max(0, i - k + 1) : i + 1]) / len(ys[max(0, i - k + 1) : i + 1]) for i in range(len(ys))]
+        return list(xs), [
+            sum(ys[max(0, i - k + 1) : i + 1]) / len(ys[max(0, i - k + 1) : i + 1]) for i in range(len(ys))
+        ]
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for run in results["runs"]:
         line(axes[0], run, *smooth(run["reward"]))
         if run["entropy"]:
             line(axes[1], run, *smooth(run["entropy"]))
-    for ax, ylabel in zip(axes, ("training reward (10-step mean)", "policy entropy, nats/token (10-step mean)")):
+    for ax, ylabel in zip(
+        axes, ("training reward (10-step mean)", "policy entropy, nats/token (10-step mean)")
+    ):
         ax.set_xlabel("fresh prompts sampled (8 completions each)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)

@@ -200,7 +200,7 @@ class ProblemResult:
         return float(np.mean(self.rewards)) if self.rewards else math.nan
 
     @property
-    def first_passed(self) -> bool | None:
+    def first_sample_passed(self) -> bool | None:
         """Whether the first sample passed: the seed's per-problem pass@1."""
         return bool(self.rewards[0] >= 1.0) if self.rewards else None
 
@@ -213,7 +213,7 @@ class ProblemResult:
             "mean_reward": self.mean_reward,
             "greedy_passed": self.greedy_passed,
             "n_truncated": self.n_truncated,
-            "first_sample_passed": self.first_passed,
+            "first_sample_passed": self.first_sample_passed,
             "entropy": self.entropy,
             "first_completion": self.first_completion,
         }
@@ -255,7 +255,7 @@ class EvalResult:
     @property
     def first_sample_pass_at_1(self) -> Estimate | None:
         """The seed blog's pass@1: the share of problems whose first sample passes (noisier than pass@1)."""
-        return self._estimate([p.first_passed for p in self.problems])
+        return self._estimate([p.first_sample_passed for p in self.problems])
 
     @property
     def entropy(self) -> Estimate | None:

@@ -157,8 +157,8 @@ def _headline_k(evals: Sequence[Mapping[str, Any]]) -> int | None:
 
 
 def _first_passed(row: Mapping[str, Any]) -> float | None:
-    if row.get("first_passed") is not None:
-        return float(row["first_passed"])
+    if row.get("first_sample_passed") is not None:
+        return float(row["first_sample_passed"])
     rewards = row.get("rewards") or []
     return float(rewards[0] >= 1.0) if rewards else None
 

@@ -340,13 +340,29 @@ RL_DEFAULTS: dict[str, Any] = {
 RL_METHOD_OVERRIDES: dict[str, dict[str, Any]] = {}
 
 
-def rl_config(method: str, output_dir: str | Path, *, max_steps: int, seed: int = 0, **overrides: Any):
+def rl_config(
+    method: str,
+    output_dir: str | Path,
+    *,
+    budget_prompts: int | None = None,
+    max_steps: int | None = None,
+    seed: int = 0,
+    **overrides: Any,
+):
     """The config of `method` for this task: METHODS defaults, then RL_DEFAULTS, the method's overrides, and
-    `overrides`."""
+    `overrides`. Give `budget_prompts` (the fresh prompts to sample, each with `num_generations` completions)
+    for a fair comparison: `experiments.budget.derive_max_steps` turns it into this method's optimizer steps
+    (PPO's epochs over each batch take more steps for the same samples). `max_steps` sets the steps instead."""
+    from experiments.budget import derive_max_steps
     from experiments.trainers import build_config
 
+    if (budget_prompts is None) == (max_steps is None):
+        raise ValueError("rl_config: give exactly one of budget_prompts and max_steps")
     kwargs = RL_DEFAULTS | RL_METHOD_OVERRIDES.get(method, {}) | overrides
-    return build_config(method, output_dir=str(output_dir), max_steps=max_steps, seed=seed, **kwargs)
+    config = build_config(method, output_dir=str(output_dir), max_steps=max_steps or 1, seed=seed, **kwargs)
+    if budget_prompts is not None:
+        config.max_steps = derive_max_steps(budget_prompts, config)
+    return config
 
 
 # Held-out evaluation of the proof of learning: 2 samples at the training temperature per problem, plus greedy.

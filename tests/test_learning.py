@@ -2,8 +2,8 @@
 trained model, sampled and greedy.
 
 Set-up: one warm-started ~0.9M-parameter model (95 SFT steps on the synthetic task of `experiments.tasks`) is
-trained by each method for the same budget (40 steps of 8 prompts x 8 completions, seed 0), rewarded by
-`rewards.unit_test_reward`. The 500 held-out problems come from the family split: no held-out expected body
+trained by each method on the same budget (320 fresh prompts x 8 completions, seed 0: 40 optimizer steps, 80 for
+PPO's two epochs per batch), rewarded by `rewards.unit_test_reward`. The 500 held-out problems come from the family split: no held-out expected body
 appears in the SFT or RL rows, under any function or argument name. Before and after training the model samples
 2 completions at T=1 per problem (1000 samples) and one greedy completion (500).
 
@@ -42,7 +42,7 @@ from experiments.trainers import METHODS
 
 pytestmark = pytest.mark.slow
 
-STEPS = 40
+BUDGET_PROMPTS = 320  # 40 generation batches of 8 prompts
 Z_MIN = 3.0
 GREEDY_P_MAX = 0.00135  # one-sided normal tail at 3 sigma
 HELDOUT_PROBLEMS = 500
@@ -77,7 +77,7 @@ def before(warm_model, tokenizer, heldout):
 
 @pytest.fixture(scope="module")
 def trained(warm_model, tokenizer, heldout, before, tmp_path_factory):
-    """method -> its held-out score after STEPS steps; each method trains once for both tests."""
+    """method -> its held-out score after BUDGET_PROMPTS fresh prompts; each method trains once for both tests."""
     scores: dict[str, dict] = {}
 
     def train(method: str):
@@ -85,7 +85,9 @@ def trained(warm_model, tokenizer, heldout, before, tmp_path_factory):
             trainer = METHODS[method].trainer_cls(
                 model=str(warm_model),
                 reward_funcs=[rewards.unit_test_reward],
-                args=rl_config(method, tmp_path_factory.mktemp(method), max_steps=STEPS, seed=0),
+                args=rl_config(
+                    method, tmp_path_factory.mktemp(method), budget_prompts=BUDGET_PROMPTS, seed=0
+                ),
                 train_dataset=train_rows(3000),
                 processing_class=tokenizer,
             )
@@ -119,7 +121,7 @@ def test_sampled_heldout_pass_rises(method, trained, before):
     s = trained(method)
     assert s["z"] > Z_MIN, (
         f"{method}: sampled held-out pass {before.passed}/{before.n} -> {s['after'].passed}/{s['after'].n} "
-        f"in {STEPS} steps, z={s['z']:.2f} <= {Z_MIN}"
+        f"from {BUDGET_PROMPTS} fresh prompts, z={s['z']:.2f} <= {Z_MIN}"
     )
 
 
@@ -128,6 +130,7 @@ def test_greedy_heldout_pass_rises(method, trained, before):
     s = trained(method)
     assert s["greedy_p"] < GREEDY_P_MAX, (
         f"{method}: greedy held-out pass {before.greedy_passed} -> {s['after'].greedy_passed} of {before.problems} "
-        f"in {STEPS} steps (+{s['greedy_gained']} -{s['greedy_lost']}), sign-test p={s['greedy_p']:.3g} "
+        f"from {BUDGET_PROMPTS} fresh prompts (+{s['greedy_gained']} -{s['greedy_lost']}), sign-test "
+        f"p={s['greedy_p']:.3g} "
         f">= {GREEDY_P_MAX}"
     )
