@@ -103,8 +103,10 @@ def test_run_json_carries_each_methods_hyperparameters(seven_runs: dict[str, dic
 def test_the_seven_rows_take_different_steps(seven_runs: dict[str, dict], tiny_model_dir: Path) -> None:
     """Same samples at step one, different updates: no two rows end with the same weights, as reinforce_kl and
     TRL's RLOO did when reinforce_kl used the group mean (an exact coincidence stays below 1e-3 of the step, see
-    test_trainers). Rows that differ only by a KL term (reinforce / reinforce_kl, reinforce_rloo / grpo) take the
-    same first step, since the KL is zero at the reference, and drift apart from there: about 2% after 3 steps."""
+    test_trainers). Rows that differ only by a KL term or a per-group scale (reinforce / reinforce_kl, reinforce_rloo
+    / grpo) take nearly the same first step, since the KL is zero at the reference and Adam's first step ignores a
+    common scale, and drift apart from there: on the family split's prompts reinforce_rloo / grpo end 0.65% apart
+    after 3 steps, the closest pair. The bound sits 3x above the coincidence floor."""
     import torch
     from safetensors.torch import load_file
 
@@ -121,7 +123,7 @@ def test_the_seven_rows_take_different_steps(seven_runs: dict[str, dict], tiny_m
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
             gap = (moved[a] - moved[b]).norm() / max(moved[a].norm(), moved[b].norm())
-            assert gap > 0.01, (a, b, gap.item())
+            assert gap > 3e-3, (a, b, gap.item())
 
 
 @pytest.mark.slow
