@@ -4,7 +4,7 @@
     python benchmarks/bench_learning.py --prompts 160 --seeds 0 --methods grpo ppo --out runs/quick
 
 The longer version of tests/test_learning.py: the same warm-started model (95 SFT steps), recipe
-(`experiments.tasks.RL_DEFAULTS`), reward (`rewards.unit_test_reward`) and family split (no held-out body in
+(`experiments.task_recipe.RL_DEFAULTS`), reward (`rewards.unit_test_reward`) and family split (no held-out body in
 training). Every method samples the same `--prompts` fresh prompts, 8 completions each, in generation batches of
 8 prompts (`experiments.budget.derive_max_steps`: a one-epoch method takes one optimizer step per batch, PPO two),
 counted by `experiments.budget.SampleLog`.
@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-FINAL_EVAL = {"n_samples": 4, "ks": (1, 4)}  # over experiments.tasks.HELDOUT_EVAL
+FINAL_EVAL = {"n_samples": 4, "ks": (1, 4)}  # over experiments.task_recipe.HELDOUT_EVAL
 CURVE_EVAL = {"n_samples": 2, "ks": (1,)}
 
 
@@ -63,18 +63,11 @@ def main() -> None:
     import rewards
     from experiments.budget import SampleLog, generation_shape
     from experiments.report import console_table, write_report
-    from experiments.tasks import (
-        WARM_START_STEPS,
-        greedy_sign_test,
-        heldout_rows,
-        heldout_score,
-        rl_config,
-        task_model_path,
-        train_rows,
-        two_proportion_z,
-    )
-    from experiments.tasks import warm_start as sft_warm_start
+    from experiments.task_recipe import greedy_sign_test, heldout_score, rl_config, two_proportion_z
+    from experiments.tasks import heldout_rows, task_model_path, train_rows
     from experiments.trainers import METHODS, method_hparams
+    from experiments.warm_start import WARM_START_STEPS
+    from experiments.warm_start import warm_start as sft_warm_start
 
     methods = args.methods or list(METHODS)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -190,7 +183,7 @@ def fresh_at(log, step: int) -> int:
 
 def _write_run_dir(run_dir: Path, trainer, run: dict, before, after) -> None:
     """The files `experiments.report` reads, as `passk train` writes them."""
-    from experiments.tasks import WARM_START_STEPS
+    from experiments.warm_start import WARM_START_STEPS
 
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer.save_state()  # trainer_state.json with the per-step log

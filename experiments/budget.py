@@ -10,7 +10,8 @@ others, and more optimizer steps:
     optimizer steps        = generations x steps_per_generation x num_iterations / gradient_accumulation_steps
 
 `prompt_schedule` lays the training rows out as the seed experiment drew them (each epoch a fresh random draw of
-`prompts_per_epoch` of the training prompts), for a trainer that walks its rows in order.
+`prompts_per_epoch` of the training prompts), for a trainer that walks its rows in order; `scheduled_rows` applies
+it to a config's training rows.
 
 `SampleLog` counts what a trainer really sampled: every trainer (GRPOTrainer, RLOOTrainer and ours on them) calls
 `_calculate_rewards(inputs, prompts, completions, completion_ids)` once per generation batch on every process,
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.config import ConfigError
+from experiments.errors import ConfigError
 
 __all__ = [
     "CHECKPOINT_SAMPLES_FILE",
@@ -98,6 +99,15 @@ def prompt_schedule(n_rows: int, prompts_per_epoch: int, total: int, seed: int) 
     while len(order) < total:
         order.extend(int(i) for i in rng.choice(n_rows, size=prompts_per_epoch, replace=False))
     return order[:total]
+
+
+def scheduled_rows(exp: Any, train_rows: Any, seed: int) -> Any:
+    """The training rows in the order the trainer will walk them: with `prompts_per_epoch`, the seed's schedule of
+    `budget_prompts` rows (`prompt_schedule`, seeded with the training seed; the config turned
+    the trainer's shuffling off); else the rows unchanged."""
+    if not exp.prompts_per_epoch:
+        return train_rows
+    return train_rows.select(prompt_schedule(len(train_rows), exp.prompts_per_epoch, exp.budget_prompts, seed))
 
 
 def _prompt_key(row: dict[str, Any]) -> str:

@@ -31,34 +31,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from experiments.compare import REPO_ROOT, child_env, compare
 from experiments.config import (
-    USER_ERRORS,
-    ConfigError,
     ExperimentArgs,
+    check_types,
+    cli_value,
     config_path,
     load_yaml,
+    method_spec,
     overrides_for,
     parse_config,
     split_config_argv,
+    trl_parser_cls,
 )
+from experiments.errors import USER_ERRORS, CliError, ConfigError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 ACCELERATE_CONFIG_DIR = REPO_ROOT / "accelerate_configs"
 DEMO_CONFIG = "demo"
 DEMO_OUT = "runs/demo"
-
-
-class CliError(RuntimeError):
-    """A usage error; printed as one line."""
-
-
-def _env_for_children() -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # Children import experiments/rewards/sandbox from this checkout even without `pip install -e .`.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
-    return env
 
 
 def _pop_flag(args: list[str], name: str, *, has_value: bool = True) -> str | bool | None:
@@ -138,7 +128,7 @@ def cmd_train(argv: Sequence[str]) -> int:
     if acc:
         cmd = accelerate_command(args, str(acc), int(nproc) if nproc else None)
         print("passk: " + shlex.join(cmd), flush=True)
-        return subprocess.call(cmd, env=_env_for_children())
+        return subprocess.call(cmd, env=child_env())
     if nproc:
         raise CliError("--num_processes needs --accelerate_config")
     from experiments.train import run
@@ -168,12 +158,10 @@ def _print_config(exp: Any, cfg: Any) -> None:
 
 
 def _print_config_help(args: list[str]) -> int:
-    from experiments.config import _cli_value, _trl_parser_cls, method_spec
-
-    method = _cli_value(args[1:], "method") or load_yaml(args[0]).get("method")
+    method = cli_value(args[1:], "method") or load_yaml(args[0]).get("method")
     if not method:
         raise CliError(f"{args[0]} sets no method; pass --method M --help")
-    parser = _trl_parser_cls()((ExperimentArgs, method_spec(method).config_cls), prog="passk train CONFIG")
+    parser = trl_parser_cls()((ExperimentArgs, method_spec(method).config_cls), prog="passk train CONFIG")
     parser.print_help()
     return 0
 
@@ -207,16 +195,14 @@ def cmd_eval(argv: Sequence[str]) -> int:
         return 0
     model = args.pop(0)
     config = _pop_flag(args, "config")
-    from experiments.config import _check_types, _trl_parser_cls
-
-    parser = _trl_parser_cls()((ExperimentArgs, EvalArgs), allow_abbrev=False)
+    parser = trl_parser_cls()((ExperimentArgs, EvalArgs), allow_abbrev=False)
     if config:
         data = load_yaml(config_path(str(config)))
         data.pop("env", None)
         known = {f for cls in (ExperimentArgs, EvalArgs) for f in cls.__dataclass_fields__}
         # A training YAML is a natural input: keep its data/eval keys and seed, skip trainer-only keys.
         data = {k: v for k, v in data.items() if k in known}
-        _check_types(data, (ExperimentArgs, EvalArgs), str(config))
+        check_types(data, (ExperimentArgs, EvalArgs), str(config))
         parser.set_defaults_with_config(**data)
     exp, ea, rest = parser.parse_args_into_dataclasses(args=args, return_remaining_strings=True)
     if rest:
@@ -226,7 +212,9 @@ def cmd_eval(argv: Sequence[str]) -> int:
 
     import torch
 
-    from experiments.train import _evaluate, build_datasets
+    from experiments.data import build_datasets
+    from experiments.evaluation import evaluate_to_file
+    from experiments.models import eval_generation_kwargs, load_model_and_tokenizer, model_sampling
 
     if exp.num_threads and (ea.device == "cpu" or not torch.cuda.is_available()):
         torch.set_num_threads(exp.num_threads)
@@ -239,16 +227,12 @@ def cmd_eval(argv: Sequence[str]) -> int:
              "float32": torch.float32, "bfloat16": torch.bfloat16}.get(ea.dtype)  # fmt: skip
     if dtype is None:
         raise ConfigError(f"dtype: must be auto, float32 or bfloat16, got {ea.dtype!r}")
-    from experiments.train import load_model
-
-    net, tokenizer = load_model(path, dtype, device)
+    net, tokenizer = load_model_and_tokenizer(path, dtype, device)
     out = Path(ea.out) if ea.out else (Path(path) / "eval.json" if Path(path).is_dir() and Path(model).is_dir()
                                        else Path("eval.json"))  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
-    from experiments.train import eval_generation_kwargs, model_sampling
-
     generation = eval_generation_kwargs(model_sampling(path)) if exp.model_generation_config else None
-    data = _evaluate(net, tokenizer, rows, exp, ea.seed, out, generation)
+    data = evaluate_to_file(net, tokenizer, rows, exp, ea.seed, out, generation)
     data["model"] = str(path)
     out.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     summary = {k: v["value"] for k, v in data.get("metrics", {}).items()} if "metrics" in data else {}
@@ -268,7 +252,7 @@ def _model_folder(model: str, exp: ExperimentArgs) -> str:
         return last
     if p.is_dir():
         return str(p)
-    from experiments.train import resolve_base_model
+    from experiments.warm_start import resolve_base_model
 
     exp.model = model
     return resolve_base_model(exp)
@@ -295,7 +279,6 @@ def _parse_compare(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], list
 
 def parse_methods(value: str | None) -> list[str]:
     """`--methods`: "all" (or nothing) for every method of METHODS, else a comma-separated list of them."""
-    from experiments.config import method_spec
     from experiments.trainers import METHODS
 
     if not value or value == "all":
@@ -339,97 +322,6 @@ def cmd_compare(argv: Sequence[str]) -> int:
     return 0
 
 
-def _summary(run_dir: Path) -> str:
-    """`pass@1 21.5% -> 39.2%, 320 prompts` from a run's eval files and run.json (whichever exist)."""
-    values = []
-    for name in ("eval_before.json", "eval_after.json"):
-        f = run_dir / name
-        metrics = json.loads(f.read_text()).get("metrics", {}) if f.is_file() else {}
-        values.append(metrics.get("pass@1", {}).get("value"))
-    run = run_dir / "run.json"
-    budget = json.loads(run.read_text()).get("budget", {}) if run.is_file() else {}
-    sampled = (f"{budget['fresh_prompts']} prompts / {budget['fresh_completions']} completions / "
-               f"{budget['optimizer_steps']} steps") if budget else ""  # fmt: skip
-    if values == [None, None]:
-        return sampled or "done"
-    before, after = (f"{100 * v:.1f}%" if v is not None else "-" for v in values)
-    return f"pass@1 {before} -> {after}" + (f", {sampled}" if sampled else "")
-
-
-def compare(
-    config: str,
-    out: str | os.PathLike[str],
-    *,
-    methods: Sequence[str] | None = None,
-    seed: int | str | None = None,
-    seeds: Sequence[int | str] = (),
-    overrides: Sequence[str] = (),
-    in_process: bool = False,
-    verbose: bool = False,
-) -> Path:
-    """Run each method (default: all of METHODS) on the budget file `config` into `out/<method>`, with one seed and
-    the same overrides, then `write_report`.
-
-    Equal budgets hold by construction: every run reads the same file, and `budget_prompts` gives each method the
-    optimizer steps that sample the same fresh prompts. An override goes to the methods whose config has the key
-    (an option only some trainers have, e.g. `--lam`), and must exist in at least one. With `seeds`, every method
-    runs once per seed into `out/<method>-seed<N>`; the report pools a method's seeds. Every run is parsed and
-    checked before the first one starts.
-    """
-    from experiments.trainers import METHODS
-
-    out = Path(out)
-    methods = list(methods or METHODS)
-    seed_list = [str(s) for s in seeds] or ([str(seed)] if seed is not None else [None])
-    first_seed = ["--seed", seed_list[0]] if seed_list[0] is not None else []
-    per_method: dict[str, list[str]] = {}
-    not_in: dict[str, list[str]] = {}  # override key -> the methods whose config lacks it
-    for method in methods:
-        per_method[method], skipped = overrides_for(method, overrides)
-        for key in skipped:
-            not_in.setdefault(key, []).append(method)
-        parse_config([config, "--method", method, *per_method[method], *first_seed])  # fail before any run
-    for key, lacking in not_in.items():
-        if len(lacking) == len(methods):
-            raise ConfigError(f"{key}: none of {', '.join(methods)} has this option")
-        print(f"passk compare: --{key} goes to {', '.join(m for m in methods if m not in lacking)} only", flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    run_dirs = []
-    jobs = [(m, s) for s in seed_list for m in methods]
-    for i, (method, run_seed) in enumerate(jobs, 1):
-        name = f"{method}-seed{run_seed}" if len(seed_list) > 1 else method
-        run_dir = out / name
-        seed_args = ["--seed", run_seed] if run_seed is not None else []
-        argv = [config, "--method", method, *per_method[method], *seed_args, "--output_dir", str(run_dir)]
-        head = f"passk compare [{i}/{len(jobs)}] {name}"
-        t0 = time.time()
-        if in_process:
-            print(f"{head} -> {run_dir}", flush=True)
-            from experiments.train import run
-
-            run(*parse_config(argv))
-        else:
-            # Each run in its own process: memory goes back to the OS and no state leaks between methods. Its
-            # progress bars and per-step logs go to train.log unless verbose.
-            run_dir.mkdir(parents=True, exist_ok=True)
-            log = run_dir / "train.log"
-            print(f"{head} -> {run_dir}" + ("" if verbose else f" (log: {log})"), flush=True)
-            cmd = [sys.executable, "-m", "experiments.train", *argv]
-            if verbose:
-                rc = subprocess.call(cmd, env=_env_for_children())
-            else:
-                with open(log, "w") as f:
-                    rc = subprocess.call(cmd, env=_env_for_children(), stdout=f, stderr=subprocess.STDOUT)
-            if rc != 0:
-                tail = "" if verbose else "".join(log.read_text(errors="replace").splitlines(True)[-15:])
-                raise CliError(f"{name}: training exited with status {rc}\n{tail}")
-        print(f"{head}: {_summary(run_dir)} ({time.time() - t0:.0f}s)", flush=True)
-        run_dirs.append(run_dir)
-    from experiments.report import write_report
-
-    return Path(write_report(run_dirs, out))
-
-
 # ------------------------------------------------------------------------------------------------------ demo
 
 
@@ -449,7 +341,8 @@ def cmd_demo(argv: Sequence[str]) -> int:
     t0 = time.time()
     # Build the shared warm-started model once, here, so every run finds it in the cache.
     exp, cfg = parse_config([config, "--method", methods[0], *overrides_for(methods[0], args)[0]])
-    from experiments.train import resolve_base_model, setup_torch, warm_started_model
+    from experiments.train import setup_torch
+    from experiments.warm_start import resolve_base_model, warm_started_model
 
     setup_torch(exp, cfg)
     base = resolve_base_model(exp)
@@ -498,7 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     try:
         return COMMANDS[args[0]](args[1:])
-    except (*USER_ERRORS, CliError) as e:
+    except USER_ERRORS as e:
         print(f"passk: error: {e}", file=sys.stderr)
         return 2
 

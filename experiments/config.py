@@ -41,8 +41,8 @@ from typing import Any, Literal
 
 import yaml
 
-from experiments.data import DataError
-from experiments.models import ModelError
+from experiments.errors import ConfigError
+from experiments.models import MODEL_SAMPLING_KEYS
 
 DATASETS = ("humaneval", "learnable")
 BUILTIN_REWARDS = ("unit_test", "partial", "format")
@@ -55,17 +55,6 @@ PASSK_TRAINER_DEFAULTS: dict[str, Any] = {
     "logging_steps": 1,
     "output_dir": "runs/{method}",
 }
-
-# Sampling keys that `model_generation_config: true` takes from the model's generation_config.
-MODEL_SAMPLING_KEYS: tuple[str, ...] = ("top_k", "min_p", "repetition_penalty")
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot run. The message is one line and names the offending key."""
-
-
-# Bad input the user can fix, reported by the command line in one line rather than as a traceback.
-USER_ERRORS: tuple[type[Exception], ...] = (ConfigError, DataError, ModelError)
 
 
 @dataclass
@@ -203,7 +192,8 @@ class ExperimentArgs:
 # ---------------------------------------------------------------------------------------------------- parsing
 
 
-def _trl_parser_cls() -> type:
+def trl_parser_cls() -> type:
+    """TRL's `TrlParser` (every dataclass field a YAML key and a `--flag`), raising ConfigError instead of exiting."""
     from trl import TrlParser
 
     class _Parser(TrlParser):
@@ -258,7 +248,8 @@ def split_config_argv(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     return None, args
 
 
-def _cli_value(args: Sequence[str], key: str) -> str | None:
+def cli_value(args: Sequence[str], key: str) -> str | None:
+    """The value of `--key value` / `--key=value` in args, or None."""
     for i, a in enumerate(args):
         if a == f"--{key}" and i + 1 < len(args):
             return args[i + 1]
@@ -301,7 +292,9 @@ def _type_ok(value: Any, tp: Any) -> bool:
     return True
 
 
-def _check_types(values: dict[str, Any], classes: Sequence[type], source: str) -> None:
+def check_types(values: dict[str, Any], classes: Sequence[type], source: str) -> None:
+    """A ConfigError naming the first key of `values` (read from `source`) whose value does not fit its field's type
+    in `classes`."""
     hints: dict[str, Any] = {}
     for cls in classes:
         try:
@@ -419,7 +412,7 @@ def parse_config(
             os.environ[str(k)] = str(v)
 
     file_method = data.get("method")
-    method = _cli_value(cli, "method") or file_method
+    method = cli_value(cli, "method") or file_method
     if not method:
         raise ConfigError(
             f"method: not set in {source}; pass --method with one of {', '.join(METHODS)} (or add `method:`)"
@@ -451,13 +444,13 @@ def parse_config(
     }
     for key in not_applicable:
         del data[key]
-    _check_types(data, (ExperimentArgs, config_cls), source)
+    check_types(data, (ExperimentArgs, config_cls), source)
 
     explicit = set(data) | set(_flag_keys(cli))
-    parser = _trl_parser_cls()((ExperimentArgs, config_cls), allow_abbrev=False)
+    parser = trl_parser_cls()((ExperimentArgs, config_cls), allow_abbrev=False)
     layered = {**PASSK_TRAINER_DEFAULTS, **dict(spec.defaults), **data}
     if device_free:
-        asked = {k: _as_bool(_cli_value(cli, k)) if _cli_value(cli, k) is not None else layered.get(k) for k in DEVICE_KEYS}
+        asked = {k: _as_bool(cli_value(cli, k)) if cli_value(cli, k) is not None else layered.get(k) for k in DEVICE_KEYS}
         cli = _drop_flags(cli, DEVICE_KEYS)
         layered.update(use_cpu=True, bf16=False, fp16=False)
     parser.set_defaults_with_config(**layered)

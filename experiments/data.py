@@ -4,6 +4,8 @@
   local JSONL / JSONL.gz / Parquet file, or a Hugging Face hub dataset name, and checks every row.
 - `split_dataset(ds, n_train, n_eval, seed)` splits by a hash of each task id, so the split is the same on every
   run, machine and library version.
+- `build_datasets(exp)`: a config's (train rows, eval rows): HumanEval or a local file split as above, or the
+  learnable task's training and held-out rows (experiments.tasks).
 - `to_rl_rows(ds, style)` adds `code_prompt` and turns `prompt` into what the trainers feed the model: the raw
   code prompt (completion style) or a chat message list (chat style).
 """
@@ -15,9 +17,14 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from datasets import Dataset, DatasetDict
+
+from experiments.errors import DataError
+
+if TYPE_CHECKING:
+    from experiments.config import ExperimentArgs
 
 HUMANEVAL_COLUMNS: tuple[str, ...] = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
 # Rows lacking these cannot be scored by the unit-test rewards.
@@ -30,10 +37,6 @@ DEFAULT_INSTRUCTION = (
 )
 
 _LOCAL_SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
-
-
-class DataError(ValueError):
-    """A dataset that cannot be used; the message is one line that says why and what to do."""
 
 
 def _bundled_humaneval() -> Path:
@@ -235,3 +238,23 @@ def to_rl_rows(
     rest = ds.remove_columns([c for c in ("prompt", "code_prompt") if c in ds.column_names])
     out = rest.add_column("prompt", prompts).add_column("code_prompt", list(codes))
     return out.select_columns(["prompt", "code_prompt", *rest.column_names])
+
+
+def build_datasets(exp: ExperimentArgs) -> tuple[Any, Any]:
+    """(train rows, eval rows) for the trainer and the evaluator, per `exp.dataset` and `exp.style`."""
+    if exp.dataset == "learnable":
+        from experiments import tasks
+
+        # Held-out problem identities never appear in training rows (tasks.is_heldout).
+        train = tasks.train_rows(exp.n_train, seed=exp.split_seed)
+        evaluation = tasks.heldout_rows(exp.n_eval, seed=exp.split_seed)
+    else:
+        source = None if exp.dataset == "humaneval" else exp.dataset
+        split = split_dataset(
+            load_humaneval(source), n_train=exp.n_train, n_eval=exp.n_eval, seed=exp.split_seed
+        )
+        train, evaluation = split["train"], split["eval"]
+    if not exp.n_eval:  # no evaluation: zero rows, but the columns of the train rows
+        evaluation = train.select([])
+    rows = {"style": exp.style, "system_prompt": exp.system_prompt}
+    return to_rl_rows(train, **rows), to_rl_rows(evaluation, **rows)

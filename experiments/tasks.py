@@ -14,22 +14,17 @@ in RL, not even under another function or argument name. Rows have the columns o
 `prompt`, `code_prompt`, `canonical_solution`, `test`, `entry_point`), so `rewards.unit_test_reward` and
 `experiments.evaluation` take them unchanged.
 
-`warm_start` is a short supervised fine-tune with TRL's `SFTTrainer` (prompt-completion data, loss on the
-completion only) that stops while the model is only partly right: after 95 steps (about 12 s) the task model
-(`task_model_path`, 0.9M parameters, a BPE trained on the training split) passes 215 of 1000 held-out samples at
-T=1 and 338 of 500 greedily. Most of its errors are miscopied constants, which a unit-test reward can fix; that
-leaves room for RL to show a gain far beyond sampling noise in a few minutes. `RL_DEFAULTS`, `rl_config`,
-`heldout_score` and `two_proportion_z` are the RL recipe and the measurement shared by tests/test_learning.py and
-benchmarks/bench_learning.py.
+This module is the task's data only (problems, rows, the split, the task model and its tokenizer corpus, the
+warm start's prompt-completion rows); it imports no trainer and no evaluation. The supervised warm start is
+`experiments.warm_start`; the RL recipe and the measurement of learning are `experiments.task_recipe`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,25 +32,17 @@ __all__ = [
     "OPS",
     "Op",
     "Problem",
-    "HELDOUT_EVAL",
-    "HeldoutScore",
-    "RL_DEFAULTS",
-    "RL_METHOD_OVERRIDES",
+    "TASK_MODEL_KWARGS",
     "all_problems",
     "build_row",
     "build_rows",
     "family",
-    "greedy_sign_test",
     "heldout_rows",
     "is_heldout",
-    "rl_config",
     "sft_rows",
     "task_model_path",
     "tokenizer_corpus",
     "train_rows",
-    "two_proportion_z",
-    "warm_start",
-    "WARM_START_STEPS",
 ]
 
 # The model of learnable-task.md: 4 layers, hidden 128, MLP 384, tied embeddings, 512-token BPE: ~0.92M params.
@@ -241,197 +228,3 @@ def task_model_path(cache_dir: str | Path | None = None, *, seed: int = 0, **ove
     from experiments.models import tiny_model_path
 
     return tiny_model_path(cache_dir=cache_dir, seed=seed, corpus=tokenizer_corpus(), **(TASK_MODEL_KWARGS | overrides))
-
-
-# Where the warm start is partly right on the family split: 215/1000 sampled (T=1) and 338/500 greedy held-out
-# pass. The SFT curve is steep (sampled 22/1000 at step 80, 90/1000 at 90, 414/1000 at 100; greedy 39, 320 and 396
-# of 500), so this is a step-level choice, made for the same ~20% sampled pass as learnable-task.md.
-WARM_START_STEPS = 95
-
-
-def warm_start(
-    model_dir: str | Path,
-    out_dir: str | Path,
-    *,
-    steps: int = WARM_START_STEPS,
-    seed: int = 0,
-    n_examples: int = 400,
-    batch_size: int = 32,
-    learning_rate: float = 2e-3,
-    warmup_steps: int = 30,
-    callbacks: Sequence[Any] = (),
-    **sft_overrides: Any,
-) -> Path:
-    """Supervised warm start with TRL's `SFTTrainer`; returns `out_dir` holding the model and its tokenizer.
-
-    The defaults are those of learnable-task.md (400 examples, batch 32, AdamW at 2e-3 with 30 warmup steps,
-    gradient clip 1.0), except the number of steps: with our tokenizer, model and family split the same ~20%
-    sampled (T=1) held-out pass is reached at step 95 (learnable-task.md needed 120). The loss is on the
-    completion only; SFTTrainer appends EOS to each completion, so the model learns to stop. `callbacks` go to
-    the SFTTrainer (e.g. to measure the held-out curve while sizing the warm start).
-    """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTConfig, SFTTrainer
-
-    if steps < 1:
-        raise ValueError(f"warm_start: steps must be >= 1; got {steps}")
-    model_dir, out_dir = Path(model_dir), Path(out_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    config_kwargs: dict[str, Any] = {
-        "output_dir": str(out_dir / "sft"),
-        "max_steps": steps,
-        "per_device_train_batch_size": batch_size,
-        "learning_rate": learning_rate,
-        "lr_scheduler_type": "constant_with_warmup",
-        "warmup_steps": warmup_steps,
-        "max_grad_norm": 1.0,
-        "completion_only_loss": True,
-        "seed": seed,
-        "data_seed": seed,
-        "use_cpu": True,
-        "bf16": False,
-        "activation_checkpointing": False,
-        "report_to": "none",
-        "save_strategy": "no",
-        "logging_steps": 10,
-        "disable_tqdm": True,
-    }
-    config = SFTConfig(**(config_kwargs | sft_overrides))
-    trainer = SFTTrainer(
-        model=model,
-        args=config,
-        train_dataset=sft_rows(n_examples, seed=seed + 1),
-        processing_class=tokenizer,
-        callbacks=list(callbacks),
-    )
-    trainer.train()
-    trainer.save_model(str(out_dir))
-    tokenizer.save_pretrained(str(out_dir))
-    return out_dir
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The RL recipe on this task, shared by tests/test_learning.py and benchmarks/bench_learning.py
-# ---------------------------------------------------------------------------------------------------------------
-
-# learnable-task.md's GRPO settings (8 prompts x 8 completions per step, lr 3e-4 constant after 5 warmup steps),
-# with completions capped at 16 tokens (the longest canonical body is 10).
-RL_DEFAULTS: dict[str, Any] = {
-    "use_cpu": True,
-    "bf16": False,
-    "activation_checkpointing": False,
-    "report_to": "none",
-    "logging_steps": 1,
-    "save_strategy": "no",
-    "disable_tqdm": True,
-    "per_device_train_batch_size": 64,
-    "num_generations": 8,
-    "max_completion_length": 16,
-    "temperature": 1.0,
-    "learning_rate": 3e-4,
-    "lr_scheduler_type": "constant_with_warmup",
-    "warmup_steps": 5,
-    "max_grad_norm": 1.0,
-}
-
-# Per-method departures from RL_DEFAULTS on this task (the methods' own defaults live in METHODS).
-RL_METHOD_OVERRIDES: dict[str, dict[str, Any]] = {}
-
-
-def rl_config(
-    method: str,
-    output_dir: str | Path,
-    *,
-    budget_prompts: int | None = None,
-    max_steps: int | None = None,
-    seed: int = 0,
-    **overrides: Any,
-):
-    """The config of `method` for this task: METHODS defaults, then RL_DEFAULTS, the method's overrides, and
-    `overrides`. Give `budget_prompts` (the fresh prompts to sample, each with `num_generations` completions)
-    for a fair comparison: `experiments.budget.derive_max_steps` turns it into this method's optimizer steps
-    (PPO's epochs over each batch take more steps for the same samples). `max_steps` sets the steps instead."""
-    from experiments.budget import derive_max_steps
-    from experiments.trainers import build_config
-
-    if (budget_prompts is None) == (max_steps is None):
-        raise ValueError("rl_config: give exactly one of budget_prompts and max_steps")
-    kwargs = RL_DEFAULTS | RL_METHOD_OVERRIDES.get(method, {}) | overrides
-    config = build_config(method, output_dir=str(output_dir), max_steps=max_steps or 1, seed=seed, **kwargs)
-    if budget_prompts is not None:
-        config.max_steps = derive_max_steps(budget_prompts, config)
-    return config
-
-
-# Held-out evaluation of the proof of learning: 2 samples at the training temperature per problem, plus greedy.
-HELDOUT_EVAL: dict[str, Any] = {
-    "n_samples": 2,
-    "ks": (1,),
-    "temperature": 1.0,
-    "top_p": 1.0,
-    "max_new_tokens": 16,
-    "greedy": True,
-    "seed": 0,
-    "batch_size": 250,
-    "progress": False,
-}
-
-
-@dataclass(frozen=True)
-class HeldoutScore:
-    """Passing samples out of all samples (`passed`/`n`, at T=1) and greedy passes out of problems; `greedy`
-    holds each problem's greedy verdict (in row order) and `result` the full `EvalResult.to_dict()`."""
-
-    passed: int
-    n: int
-    greedy_passed: int
-    problems: int
-    greedy: tuple[bool, ...] = ()
-    result: dict[str, Any] | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def rate(self) -> float:
-        return self.passed / self.n
-
-    @property
-    def greedy_rate(self) -> float:
-        return self.greedy_passed / self.problems
-
-
-def heldout_score(model: Any, tokenizer: Any, rows: Any, **overrides: Any) -> HeldoutScore:
-    """Score `model` on `rows` with `experiments.evaluation.evaluate_model` and the HELDOUT_EVAL settings."""
-    from experiments.evaluation import evaluate_model
-
-    settings = HELDOUT_EVAL | overrides
-    result = evaluate_model(model, tokenizer, rows, **settings)
-    greedy = tuple(bool(p.greedy_passed) for p in result.problems) if settings["greedy"] else ()
-    return HeldoutScore(
-        passed=sum(p.correct for p in result.problems),
-        n=settings["n_samples"] * len(result.problems),
-        greedy_passed=sum(greedy),
-        problems=len(result.problems),
-        greedy=greedy,
-        result=result.to_dict(),
-    )
-
-
-def two_proportion_z(passed_before: int, n_before: int, passed_after: int, n_after: int) -> float:
-    """One-sided two-proportion z statistic of after > before, with the pooled standard error."""
-    pooled = (passed_before + passed_after) / (n_before + n_after)
-    se = (pooled * (1 - pooled) * (1 / n_before + 1 / n_after)) ** 0.5
-    return (passed_after / n_after - passed_before / n_before) / se if se > 0 else 0.0
-
-
-def greedy_sign_test(before: HeldoutScore, after: HeldoutScore) -> tuple[int, int, float]:
-    """(problems greedy gained, problems greedy lost, one-sided p) of an exact sign test (McNemar's) that the
-    greedy pass rate rose: both scores cover the same problems, so only the problems whose verdict changed
-    count, and under "no change" a gain and a loss are equally likely."""
-    if len(before.greedy) != len(after.greedy) or not before.greedy:
-        raise ValueError("greedy_sign_test needs per-problem greedy verdicts of the same problems")
-    gained = sum(a and not b for b, a in zip(before.greedy, after.greedy))
-    lost = sum(b and not a for b, a in zip(before.greedy, after.greedy))
-    changed = gained + lost
-    p = sum(math.comb(changed, i) for i in range(gained, changed + 1)) / 2**changed
-    return gained, lost, p

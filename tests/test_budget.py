@@ -207,7 +207,7 @@ def model_with_sampling_defaults(tmp_path_factory: pytest.TempPathFactory, tiny_
 
 
 def test_model_sampling_reads_the_models_generation_config(model_with_sampling_defaults: Path, tiny_model_dir: Path):
-    from experiments.train import model_sampling
+    from experiments.models import model_sampling
 
     read = model_sampling(str(model_with_sampling_defaults))
     assert (read["top_k"], read["repetition_penalty"], read["min_p"]) == (20, 1.1, None)

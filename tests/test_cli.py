@@ -140,8 +140,8 @@ def test_lora_flag_trains_an_adapter_that_passk_eval_loads(
     from safetensors.torch import load_file
 
     from experiments.cli import main
-    from experiments.tasks import WARM_START_STEPS, task_model_path
-    from experiments.train import warm_started_model
+    from experiments.tasks import task_model_path
+    from experiments.warm_start import WARM_START_STEPS, warm_started_model
 
     monkeypatch.setenv("PASSK_CACHE", str(passk_cache))
     model = warm_started_model(
@@ -222,13 +222,13 @@ def test_compare_runs_every_method_per_seed_on_one_budget_file(
 def test_demo_runs_every_method_on_the_demo_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from experiments import cli, train
+    from experiments import cli, warm_start
     from experiments.config import parse_config
     from experiments.trainers import METHODS
 
     calls = {}
-    monkeypatch.setattr(train, "warm_started_model", lambda *a, **k: "warm")
-    monkeypatch.setattr(train, "resolve_base_model", lambda exp: "base")
+    monkeypatch.setattr(warm_start, "warm_started_model", lambda *a, **k: "warm")
+    monkeypatch.setattr(warm_start, "resolve_base_model", lambda exp: "base")
     monkeypatch.setattr(cli, "compare", lambda config, out, **kw: calls.update(config=config, **kw) or out / "r.md")
     assert cli.main(["demo", "--out", str(tmp_path)]) == 0, capsys.readouterr().err
     assert calls["config"] == str(CONFIGS / "demo.yaml") and calls["methods"] == list(METHODS)

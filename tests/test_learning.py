@@ -28,17 +28,10 @@ import pytest
 from transformers.trainer_callback import PrinterCallback
 
 import rewards
-from experiments.tasks import (
-    greedy_sign_test,
-    heldout_rows,
-    heldout_score,
-    rl_config,
-    task_model_path,
-    train_rows,
-    two_proportion_z,
-    warm_start,
-)
+from experiments.task_recipe import greedy_sign_test, heldout_score, rl_config, two_proportion_z
+from experiments.tasks import heldout_rows, task_model_path, train_rows
 from experiments.trainers import METHODS
+from experiments.warm_start import warm_start
 
 pytestmark = pytest.mark.slow
 

@@ -23,8 +23,8 @@ from experiments.tasks import (
     sft_rows,
     task_model_path,
     train_rows,
-    warm_start,
 )
+from experiments.warm_start import warm_start
 
 ROOT = Path(__file__).resolve().parents[1]
 HUMANEVAL_COLUMNS = {"task_id", "prompt", "code_prompt", "canonical_solution", "test", "entry_point"}

@@ -1,0 +1,60 @@
+"""The reward callables a config names (`reward_funcs`): passk's built-in rewards or any TRL-style callable.
+
+"unit_test", "partial" and "format" are the `rewards` package's factories, given the config's sandbox limits; any
+other name is imported as `package.module.attr`, `package.module:attr` or `path/to/file.py:attr`. A name that
+cannot be imported is a `ConfigError`, raised before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from experiments.errors import ConfigError
+
+if TYPE_CHECKING:
+    from experiments.config import ExperimentArgs
+
+__all__ = ["build_reward_funcs", "import_dotted"]
+
+
+def import_dotted(path: str) -> Any:
+    """`package.module.attr`, `package.module:attr` or `path/to/file.py:attr`."""
+    module_name, _, attr = path.rpartition(":") if ":" in path else path.rpartition(".")
+    try:
+        if module_name.endswith(".py"):
+            file = Path(module_name).expanduser().resolve()
+            spec = importlib.util.spec_from_file_location(f"passk_reward_{file.stem}", file)
+            if spec is None or spec.loader is None or not file.is_file():
+                raise ImportError(f"no such file {file}")
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path:  # as TRL's scripts do: a reward module next to the config works
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(module_name)
+        return getattr(module, attr)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"reward_funcs: cannot import {path!r}: {e}") from None
+
+
+def build_reward_funcs(exp: ExperimentArgs) -> list[Any]:
+    """The reward callables named by `exp.reward_funcs` (see ExperimentArgs)."""
+    import rewards
+
+    sandbox = {"timeout": exp.reward_timeout, "memory_mb": exp.reward_memory_mb}
+    funcs: list[Any] = []
+    for name in exp.reward_funcs:
+        if name == "unit_test":
+            funcs.append(rewards.make_unit_test_reward(**sandbox))
+        elif name == "partial":
+            funcs.append(rewards.make_partial_test_reward(**sandbox))
+        elif name == "format":
+            funcs.append(rewards.make_format_reward())
+        else:
+            funcs.append(import_dotted(name))
+    return funcs

@@ -1,0 +1,105 @@
+"""run.json: what a run was (config, seed, method, model, versions, device) and what it cost (wall time, tokens,
+the budget counted), written by `experiments.train.run` and read by `experiments.report`.
+
+- `run_record(...)`: the run's identity and timing;
+- `run_budget_record(...)`: the keys about fairness: the method's own hyperparameters (`method_hparams`), the
+  samples counted (`budget`), the sampling settings applied (`sampling`) and the shared keys this method's config
+  does not have (`not_applicable`);
+- `write_json(path, data)`: the atomic write every JSON file of a run directory goes through.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from experiments.config import to_dict
+
+if TYPE_CHECKING:
+    from experiments.config import ExperimentArgs
+
+__all__ = ["run_budget_record", "run_record", "write_json"]
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write `data` to `path` through a temporary sibling, so a reader never sees half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def _last_logged(history: Sequence[dict[str, Any]], key: str) -> Any:
+    return next((h[key] for h in reversed(history) if key in h), None)
+
+
+def run_record(
+    exp: ExperimentArgs,
+    cfg: Any,
+    trainer: Any,
+    train_output: Any,
+    model_path: str,
+    resume_from: str | None,
+    t_start: float,
+    train_seconds: float,
+    before: dict | None,
+    after: dict | None,
+    num_processes: int,
+) -> dict[str, Any]:
+    """The content of run.json."""
+    import torch
+    import transformers
+    import trl
+
+    history = trainer.state.log_history
+    num_tokens = _last_logged(history, "num_tokens") or trainer.state.num_input_tokens_seen or 0
+    # Tokens are counted from the start of training; a resumed run trained only part of them here.
+    record: dict[str, Any] = {
+        "method": exp.method,
+        "seed": cfg.seed,
+        "model": exp.model,
+        "model_path": model_path,
+        "output_dir": str(cfg.output_dir),
+        "config": to_dict(exp, cfg),
+        "global_step": trainer.state.global_step,
+        "num_processes": num_processes,
+        "resumed_from": resume_from,
+        "wall_time_s": time.time() - t_start,
+        "train_time_s": train_seconds,
+        "train_runtime_s": (train_output.metrics or {}).get("train_runtime"),
+        "num_tokens": num_tokens,
+        "tokens_per_s": (num_tokens / train_seconds) if train_seconds > 0 and not resume_from else None,
+        "eval_tokens_per_s": {
+            name: (d.get("timing") or {}).get("tokens_per_s") if d else None
+            for name, d in (("before", before), ("after", after))
+        },
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "trl": trl.__version__,
+        },
+        "device": "cpu" if getattr(cfg, "use_cpu", False) or not torch.cuda.is_available() else "cuda",
+        "torch_threads": torch.get_num_threads(),
+    }
+    return record
+
+
+def run_budget_record(
+    exp: ExperimentArgs, cfg: Any, trainer: Any, samples: Any, num_processes: int, sampling: dict[str, Any]
+) -> dict[str, Any]:
+    """The run.json keys about fairness: `method_hparams` (the method's own values, flat), `budget` (fresh prompts,
+    completions and tokens counted, optimizer steps, and the inputs), `sampling` (what generation applied) and
+    `not_applicable` (keys of the shared file this method's config does not have)."""
+    from experiments.budget import budget_record
+    from experiments.trainers import method_hparams
+
+    source = "budget_prompts" if exp.budget_prompts else "max_steps"
+    return {
+        "method_hparams": method_hparams(exp.method or "", cfg),
+        "budget": budget_record(exp, cfg, samples, trainer.state.global_step, num_processes, source),
+        "sampling": sampling,
+        "not_applicable": dict(exp.not_applicable),
+    }
