@@ -27,7 +27,7 @@ AdamW states; it must never hold anything more that grows with the batch:
 
 - everything computed over the whole generation batch (`steps_per_generation` micro-batches at once) runs in
   chunks of `per_device_train_batch_size` rows, as GRPOTrainer computes its old and reference log-probabilities:
-  the critic's values here, the policy's log-probabilities in `SampledLogprobsMixin._policy_logps`; GAE and
+  the critic's values here, the policy's log-probabilities in `GRPOSeamsMixin._policy_logps`; GAE and
   whitening work on (B, T) scalars;
 - in the update, the value loss is backpropagated through the critic before the policy's forward pass, so the
   activations of only one backbone are alive at a time (the parameters are disjoint, so the gradients are the
@@ -79,7 +79,8 @@ from .estimators import (
     masked_whiten,
     ppo_clip_loss,
 )
-from .sampling import SampledLogprobsMixin, check_logprob_temperature
+from .sampling import check_logprob_temperature
+from .seams import GRPOSeamsMixin
 
 __all__ = ["CRITIC_DIR", "CRITIC_LR_SCALE", "PPOConfig", "PPOTrainer"]
 
@@ -259,7 +260,7 @@ class _CriticOptimizerCallback(TrainerCallback):
         t.critic_optimizer.zero_grad(set_to_none=True)
 
 
-class PPOTrainer(SampledLogprobsMixin, GRPOTrainer):
+class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
     """Proximal Policy Optimization (Schulman et al., 2017) with a learned critic and GAE (Schulman et al., 2015).
 
     Per token t of a completion, with r_t the reward (KL penalty, plus the unit-test score on the last token):
@@ -360,8 +361,7 @@ class PPOTrainer(SampledLogprobsMixin, GRPOTrainer):
         `batch_size` rows go through the critic at a time (default: all), so that a generation batch costs the
         activations of one micro-batch, as GRPOTrainer's log-probability passes do.
         """
-        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        input_ids, attention_mask = self._prompt_and_completion(batch)
         first = batch["prompt_ids"].size(1) - 1
         batch_size = batch_size or input_ids.size(0)
         values = []
@@ -372,11 +372,6 @@ class PPOTrainer(SampledLogprobsMixin, GRPOTrainer):
         return torch.cat(values)
 
     # ---- 1. rollout: rewards, values, GAE -----------------------------------------------------------------------
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._last_rewards_per_func = rewards_per_func  # (N_global, n_funcs), gathered across processes
-        return rewards_per_func
-
     def _wants_sampled_logps(self) -> bool:
         # log π_old, for the ratio of later epochs and for the KL penalty (see sampling.py); not when GRPOTrainer
         # computes them anyway (off-policy steps or vLLM's importance-sampling correction).
@@ -392,7 +387,7 @@ class PPOTrainer(SampledLogprobsMixin, GRPOTrainer):
             out = super()._generate_and_score_completions(inputs)
         finally:
             self.num_iterations = epochs
-        mode = "train" if self.model.training else "eval"
+        mode = self._mode()
         args: PPOConfig = self.args
         sampled = self._sampled_logps(out)
         if out.get("old_per_token_logps") is None and (args.kl_coef > 0 or epochs > 1):
@@ -446,7 +441,7 @@ class PPOTrainer(SampledLogprobsMixin, GRPOTrainer):
             return super().training_step(model, inputs, num_items_in_batch)
 
     def _compute_loss(self, model, inputs):
-        mode = "train" if self.model.training else "eval"
+        mode = self._mode()
         args: PPOConfig = self.args
         mask = self._loss_mask(inputs).float() * inputs["scorable"][:, None].float()
         normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
@@ -461,13 +456,7 @@ class PPOTrainer(SampledLogprobsMixin, GRPOTrainer):
             vf_loss = vf_loss.detach()
         del values
 
-        per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
-            model,
-            torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1),
-            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
-            inputs["completion_ids"].size(1),
-            compute_entropy=True,
-        )
+        per_token_logps, entropies = self._completion_logps(model, inputs, compute_entropy=True)
         old_logps = inputs.get("old_per_token_logps")
         old_logps = per_token_logps.detach() if old_logps is None else old_logps  # on-policy: ratio 1
         # With vLLM, GRPOTrainer's truncated importance weights π_old / π_vLLM correct for the sampler's numerics,

@@ -46,7 +46,8 @@ from .estimators import (
     policy_gradient_loss,
     rloo_advantages,
 )
-from .sampling import SampledLogprobsMixin, check_logprob_temperature
+from .sampling import check_logprob_temperature
+from .seams import GRPOSeamsMixin
 
 __all__ = ["BASELINES", "LOSS_NORMALIZATIONS", "ReinforceConfig", "ReinforceTrainer"]
 
@@ -168,7 +169,7 @@ class ReinforceConfig(GRPOConfig):
         super().__post_init__()
 
 
-class ReinforceTrainer(SampledLogprobsMixin, GRPOTrainer):
+class ReinforceTrainer(GRPOSeamsMixin, GRPOTrainer):
     """REINFORCE (Williams, 1992) for language models, with optional baselines and a KL-shaped reward.
 
     The gradient estimator is  ∇J ≈ 1/N Σ_i A_i Σ_t ∇ log π(y_{i,t} | y_{i,<t}),  with A_i the completion's
@@ -218,23 +219,16 @@ class ReinforceTrainer(SampledLogprobsMixin, GRPOTrainer):
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, ReinforceConfig):
             raise TypeError(f"ReinforceTrainer needs a ReinforceConfig; got {type(self.args).__name__}")
-        self._last_rewards_per_func: torch.Tensor | None = None
         self._apply_logprob_temperature()
 
     # ---- generation: record log π of the sampled tokens when the KL penalty needs them (see sampling.py) ------
     def _wants_sampled_logps(self) -> bool:
         return self.args.kl_coef > 0 and not self._trl_computes_old_logps(self.num_iterations)
 
-    # ---- seam 1: the rewards, kept for the advantage estimator -------------------------------------------------
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._last_rewards_per_func = rewards_per_func  # (N_global, n_funcs), gathered across processes
-        return rewards_per_func
-
-    # ---- seam 2: the advantages, over the whole generation batch ----------------------------------------------
+    # ---- seam 1: the advantages, over the whole generation batch ----------------------------------------------
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         out = super()._generate_and_score_completions(inputs)
-        mode = "train" if self.model.training else "eval"
+        mode = self._mode()
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         args: ReinforceConfig = self.args
         metrics = self._metrics[mode]
@@ -292,17 +286,11 @@ class ReinforceTrainer(SampledLogprobsMixin, GRPOTrainer):
         out["advantages"] = advantages[start : start + n_local].to(out["completion_ids"].device)
         return out
 
-    # ---- seam 3: the loss --------------------------------------------------------------------------------------
+    # ---- seam 2: the loss --------------------------------------------------------------------------------------
     def _compute_loss(self, model, inputs):
-        mode = "train" if self.model.training else "eval"
+        mode = self._mode()
         mask = self._loss_mask(inputs)
-        per_token_logps, entropies, _ = self._get_per_token_logps_and_entropies(
-            model,
-            torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1),
-            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1),
-            inputs["completion_ids"].size(1),
-            compute_entropy=True,
-        )
+        per_token_logps, entropies = self._completion_logps(model, inputs, compute_entropy=True)
         # Samples drawn before the last update(s) (one generation feeding several steps) or by vLLM: GRPOTrainer
         # computed log π_old. Weighting log π by the detached ratio π/π_old gives the gradient A ρ ∇log π of the
         # off-policy surrogate; ρ is 1 on-policy. vLLM's truncated π_old/π_vLLM weights multiply in, as in GRPO.
