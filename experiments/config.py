@@ -589,10 +589,9 @@ def validate(exp: ExperimentArgs, cfg: Any, *, world_size: int | None = None) ->
             if getattr(cfg, key, False):
                 raise ConfigError(f"{key}: must be false when use_cpu is true")
 
-    # TRL checks these only when the trainer is built, i.e. after the model has loaded.
+    # TRL checks these only when the trainer is built, i.e. after the model has loaded. The fewest completions per
+    # prompt is the config class's own rule, checked when it was parsed (see experiments.trainers).
     g = int(getattr(cfg, "num_generations", 0) or 0)
-    if g and g < 2:
-        raise ConfigError(f"num_generations: must be >= 2 (a group needs two samples), got {g}")
     gen_batch = _generation_batch(cfg, ws)
     if g and gen_batch % g:
         raise ConfigError(

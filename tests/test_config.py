@@ -106,6 +106,22 @@ def test_method_from_command_line_picks_the_config_class(tmp_path: Path, no_mode
     assert exp.method == "ppo" and type(cfg).__name__ == "PPOConfig"
 
 
+@pytest.mark.parametrize(("method", "accepted"), [("ppo", True), ("grpo", False), ("rloo", False), ("reinforce", False)])
+def test_num_generations_lower_bound_is_the_methods_own(
+    tmp_path: Path, no_model_loads: None, method: str, accepted: bool
+) -> None:
+    """One completion per prompt: PPO (its critic is the baseline) takes it; the group-based configs refuse it, in
+    one line naming the key."""
+    cfg_file = write(tmp_path, "model: tiny\nnum_generations: 1\nper_device_train_batch_size: 2\n" + CPU)
+    if accepted:
+        _, cfg = parse_config([cfg_file, "--method", method])
+        assert cfg.num_generations == 1
+    else:
+        with pytest.raises(ConfigError, match=r"^num_generations: ") as info:
+            parse_config([cfg_file, "--method", method])
+        assert "\n" not in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("yaml_text", "argv", "key"),
     [
