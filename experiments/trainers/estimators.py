@@ -52,16 +52,10 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
     return var
 
 
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
-    """(x - mean) / sqrt(var + eps) over the masked entries; masked-out entries are set to 0.
-
-    With `shift_mean=False` the mean is added back, so only the scale changes (used for rewards, whose sign
-    carries meaning).
-    """
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mean) / sqrt(var + eps) over the masked entries; masked-out entries are set to 0."""
     mean, var = masked_mean(x, mask), masked_var(x, mask)
     whitened = (x - mean) * torch.rsqrt(var + eps)
-    if not shift_mean:
-        whitened = whitened + mean
     return whitened * mask.to(x.dtype)
 
 
@@ -243,7 +237,6 @@ def ppo_clip_loss(
         stats = {
             "clipfrac": masked_mean((clipped < unclipped).to(ratio.dtype), mask),
             "approx_kl": masked_mean((ratio - 1.0) - log_ratio, mask),
-            "ratio": masked_mean(ratio, mask),
         }
     return loss, stats
 
