@@ -64,9 +64,9 @@ def main() -> None:
     from experiments.budget import SampleLog, generation_shape
     from experiments.report import console_table, write_report
     from experiments.task_recipe import greedy_sign_test, heldout_score, rl_config, two_proportion_z
-    from experiments.tasks import heldout_rows, task_model_path, train_rows
+    from experiments.tasks import heldout_rows, train_rows
     from experiments.trainers import METHODS, method_hparams
-    from experiments.warm_start import WARM_START_STEPS
+    from experiments.warm_start import WARM_START_STEPS, task_model_path
     from experiments.warm_start import warm_start as sft_warm_start
 
     methods = args.methods or list(METHODS)

@@ -168,7 +168,7 @@ def main() -> None:
         Path(args.json_out).write_text(json.dumps(worker(args)))
         return
 
-    from experiments.tasks import task_model_path
+    from experiments.warm_start import task_model_path
 
     model = str(task_model_path(seed=args.seed, hidden_size=args.hidden, num_layers=args.layers,
                                 num_heads=4, num_kv_heads=2))  # fmt: skip

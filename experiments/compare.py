@@ -87,7 +87,10 @@ def compare(
     for key, lacking in not_in.items():
         if len(lacking) == len(methods):
             raise ConfigError(f"{key}: none of {', '.join(methods)} has this option")
-        print(f"passk compare: --{key} goes to {', '.join(m for m in methods if m not in lacking)} only", flush=True)
+        print(
+            f"passk compare: --{key} goes to {', '.join(m for m in methods if m not in lacking)} only",
+            flush=True,
+        )
     out.mkdir(parents=True, exist_ok=True)
     run_dirs = []
     jobs = [(m, s) for s in seed_list for m in methods]

@@ -662,6 +662,13 @@ def eval_kwargs(exp: ExperimentArgs, seed: int, generation_kwargs: dict[str, Any
     }
 
 
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
+    """Write `data` to `path` through a temporary sibling, so a reader never sees half a file (eval JSONs, run.json)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+
+
 def evaluate_to_file(
     model: Any,
     tokenizer: Any,
@@ -673,8 +680,6 @@ def evaluate_to_file(
 ) -> dict[str, Any]:
     """`evaluate_model` with the config's settings (`eval_kwargs`), with a progress bar; the result's `to_dict()` is
     written to `out` (eval_before.json, eval_after.json, passk eval's file), logged in one line and returned."""
-    from experiments.run_record import write_json
-
     result = evaluate_model(model, tokenizer, rows, progress=True, **eval_kwargs(exp, seed, generation_kwargs))
     data = result.to_dict()
     write_json(out, data)

@@ -4,17 +4,13 @@ the budget counted), written by `experiments.train.run` and read by `experiments
 - `run_record(...)`: the run's identity and timing;
 - `run_budget_record(...)`: the keys about fairness: the method's own hyperparameters (`method_hparams`), the
   samples counted (`budget`), the sampling settings applied (`sampling`) and the shared keys this method's config
-  does not have (`not_applicable`);
-- `write_json(path, data)`: the atomic write every JSON file of a run directory goes through.
+  does not have (`not_applicable`).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from experiments.config import to_dict
@@ -22,14 +18,7 @@ from experiments.config import to_dict
 if TYPE_CHECKING:
     from experiments.config import ExperimentArgs
 
-__all__ = ["run_budget_record", "run_record", "write_json"]
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write `data` to `path` through a temporary sibling, so a reader never sees half a file."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
+__all__ = ["run_budget_record", "run_record"]
 
 
 def _last_logged(history: Sequence[dict[str, Any]], key: str) -> Any:

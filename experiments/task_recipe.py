@@ -41,6 +41,7 @@ RL_DEFAULTS: dict[str, Any] = {
     "max_grad_norm": 1.0,
 }
 
+
 def rl_config(
     method: str,
     output_dir: str | Path,

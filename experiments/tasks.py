@@ -14,9 +14,9 @@ in RL, not even under another function or argument name. Rows have the columns o
 `prompt`, `code_prompt`, `canonical_solution`, `test`, `entry_point`), so `rewards.unit_test_reward` and
 `experiments.evaluation` take them unchanged.
 
-This module is the task's data only (problems, rows, the split, the task model and its tokenizer corpus, the
-warm start's prompt-completion rows); it imports no trainer and no evaluation. The supervised warm start is
-`experiments.warm_start`; the RL recipe and the measurement of learning are `experiments.task_recipe`.
+This module is the task's data only (problems, rows, the split, the text the task model's tokenizer is trained
+on, the warm start's prompt-completion rows) and imports nothing of passk. The task model and its supervised warm
+start are `experiments.warm_start`; the RL recipe and the measurement of learning are `experiments.task_recipe`.
 """
 
 from __future__ import annotations
@@ -25,14 +25,12 @@ import hashlib
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 __all__ = [
     "OPS",
     "Op",
     "Problem",
-    "TASK_MODEL_KWARGS",
     "all_problems",
     "build_row",
     "build_rows",
@@ -40,21 +38,9 @@ __all__ = [
     "heldout_rows",
     "is_heldout",
     "sft_rows",
-    "task_model_path",
     "tokenizer_corpus",
     "train_rows",
 ]
-
-# The model of learnable-task.md: 4 layers, hidden 128, MLP 384, tied embeddings, 512-token BPE: ~0.92M params.
-TASK_MODEL_KWARGS: dict[str, Any] = {
-    "vocab_size": 512,
-    "hidden_size": 128,
-    "num_layers": 4,
-    "num_heads": 4,
-    "num_kv_heads": 4,
-    "intermediate_size": 384,
-    "max_position_embeddings": 256,
-}
 
 INT_ARGS = ("x", "n", "a", "b", "k", "m", "v", "y")
 STR_ARGS = ("s", "t", "w", "text", "word")
@@ -217,14 +203,3 @@ def tokenizer_corpus(n: int = 20000, seed: int = 0) -> list[str]:
     """Training-split texts (prompt + canonical body) to train the task model's BPE tokenizer on."""
     rows = [build_row(p) for p in _select(False, n, seed)]
     return [r["prompt"] + r["canonical_solution"] for r in rows]
-
-
-def task_model_path(cache_dir: str | Path | None = None, *, seed: int = 0, **overrides: Any) -> Path:
-    """A randomly initialised task-sized Qwen2 with a BPE trained on this task, built once and cached.
-
-    Built with `experiments.models.tiny_model_path` (same offline recipe and cache as the default tiny model),
-    with `TASK_MODEL_KWARGS` unless overridden.
-    """
-    from experiments.models import tiny_model_path
-
-    return tiny_model_path(cache_dir=cache_dir, seed=seed, corpus=tokenizer_corpus(), **(TASK_MODEL_KWARGS | overrides))

@@ -47,7 +47,7 @@ from experiments.models import (
     model_sampling,
 )
 from experiments.reward_funcs import build_reward_funcs
-from experiments.run_record import run_budget_record, run_record, write_json
+from experiments.run_record import run_budget_record, run_record
 from experiments.warm_start import starting_model
 
 logger = logging.getLogger("passk.train")
@@ -158,7 +158,7 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
     """
     from accelerate import PartialState
 
-    from experiments.evaluation import evaluate_to_file
+    from experiments.evaluation import evaluate_to_file, write_json
 
     t_start = time.time()
     setup_torch(exp, cfg)

@@ -1,7 +1,9 @@
 """The model a run starts from: the base model by name, and the learnable task's supervised warm start.
 
-- `resolve_base_model(exp)`: a folder or hub id for `exp.model` ("task" is the learnable task's own tiny model,
-  `experiments.tasks.task_model_path`; every other name goes through `experiments.models.resolve_model`).
+- `task_model_path()`: the learnable task's own model, a randomly initialised 0.9M-parameter Qwen2 with a BPE
+  trained on the task's training split, built once and cached (`experiments.models.tiny_model_path`).
+- `resolve_base_model(exp)`: a folder or hub id for `exp.model` ("task" is `task_model_path()`; every other name
+  goes through `experiments.models.resolve_model`).
 - `warm_start(model_dir, out_dir)`: a short supervised fine-tune with TRL's `SFTTrainer` on the task's training
   split (prompt-completion data, loss on the completion only) that stops while the model is only partly right:
   after `WARM_START_STEPS` (95, about 12 s) the task model passes 215 of 1000 held-out samples at T=1 and 338 of
@@ -22,15 +24,41 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from experiments.tasks import sft_rows, task_model_path
+from experiments.tasks import sft_rows, tokenizer_corpus
 
 if TYPE_CHECKING:
     from experiments.config import ExperimentArgs
 
-__all__ = ["WARM_START_INFO", "WARM_START_STEPS", "resolve_base_model", "starting_model", "warm_start",
-           "warm_started_model"]  # fmt: skip
+__all__ = ["TASK_MODEL_KWARGS", "WARM_START_INFO", "WARM_START_STEPS", "resolve_base_model", "starting_model",
+           "task_model_path", "warm_start", "warm_started_model"]  # fmt: skip
 
 WARM_START_INFO = "passk_warm_start.json"  # written last: marks a complete cached warm start
+
+# The model of learnable-task.md: 4 layers, hidden 128, MLP 384, tied embeddings, 512-token BPE: ~0.92M params.
+TASK_MODEL_KWARGS: dict[str, Any] = {
+    "vocab_size": 512,
+    "hidden_size": 128,
+    "num_layers": 4,
+    "num_heads": 4,
+    "num_kv_heads": 4,
+    "intermediate_size": 384,
+    "max_position_embeddings": 256,
+}
+
+
+def task_model_path(cache_dir: str | Path | None = None, *, seed: int = 0, **overrides: Any) -> Path:
+    """A randomly initialised task-sized Qwen2 with a BPE trained on the task (`experiments.tasks.tokenizer_corpus`),
+    built once and cached.
+
+    Built with `experiments.models.tiny_model_path` (same offline recipe and cache as the default tiny model),
+    with `TASK_MODEL_KWARGS` unless overridden.
+    """
+    from experiments.models import tiny_model_path
+
+    return tiny_model_path(
+        cache_dir=cache_dir, seed=seed, corpus=tokenizer_corpus(), **(TASK_MODEL_KWARGS | overrides)
+    )
+
 
 # Where the warm start is partly right on the family split: 215/1000 sampled (T=1) and 338/500 greedy held-out
 # pass. The SFT curve is steep (sampled 22/1000 at step 80, 90/1000 at 90, 414/1000 at 100; greedy 39, 320 and 396

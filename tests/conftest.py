@@ -59,8 +59,7 @@ def humaneval():
 @pytest.fixture(scope="session")
 def warm_task_model(passk_cache: Path) -> str:
     """The learnable task's model after the demo's warm start, cached for the session."""
-    from experiments.tasks import task_model_path
-    from experiments.warm_start import WARM_START_STEPS, warm_started_model
+    from experiments.warm_start import WARM_START_STEPS, task_model_path, warm_started_model
 
     base = task_model_path(cache_dir=passk_cache)
     return warm_started_model(str(base), WARM_START_STEPS, cache_dir=passk_cache)

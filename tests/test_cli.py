@@ -140,8 +140,7 @@ def test_lora_flag_trains_an_adapter_that_passk_eval_loads(
     from safetensors.torch import load_file
 
     from experiments.cli import main
-    from experiments.tasks import task_model_path
-    from experiments.warm_start import WARM_START_STEPS, warm_started_model
+    from experiments.warm_start import WARM_START_STEPS, task_model_path, warm_started_model
 
     monkeypatch.setenv("PASSK_CACHE", str(passk_cache))
     model = warm_started_model(

@@ -47,8 +47,7 @@ def _train(model: str, out: Path, passk_cache: Path) -> None:
 
 def test_same_seed_same_report(tmp_path: Path, passk_cache: Path) -> None:
     from experiments.report import write_report
-    from experiments.tasks import task_model_path
-    from experiments.warm_start import WARM_START_STEPS, warm_started_model
+    from experiments.warm_start import WARM_START_STEPS, task_model_path, warm_started_model
 
     model = warm_started_model(
         str(task_model_path(cache_dir=passk_cache)), WARM_START_STEPS, cache_dir=passk_cache

@@ -29,9 +29,9 @@ from transformers.trainer_callback import PrinterCallback
 
 import rewards
 from experiments.task_recipe import greedy_sign_test, heldout_score, rl_config, two_proportion_z
-from experiments.tasks import heldout_rows, task_model_path, train_rows
+from experiments.tasks import heldout_rows, train_rows
 from experiments.trainers import METHODS
-from experiments.warm_start import warm_start
+from experiments.warm_start import task_model_path, warm_start
 
 pytestmark = pytest.mark.slow
 

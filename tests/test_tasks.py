@@ -21,10 +21,9 @@ from experiments.tasks import (
     heldout_rows,
     is_heldout,
     sft_rows,
-    task_model_path,
     train_rows,
 )
-from experiments.warm_start import warm_start
+from experiments.warm_start import task_model_path, warm_start
 
 ROOT = Path(__file__).resolve().parents[1]
 HUMANEVAL_COLUMNS = {"task_id", "prompt", "code_prompt", "canonical_solution", "test", "entry_point"}

