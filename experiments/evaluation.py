@@ -21,8 +21,9 @@ Sampling uses exactly the given temperature / top_p (top_k disabled, no repetiti
 model's `generation_config` carries, so before/after numbers of different checkpoints are comparable.
 
 Why three pass@1 figures: sampled pass@1 (the unbiased estimator at the eval temperature) rewards a policy for
-merely sharpening its distribution, greedy pass@1 does not, and first-sample pass@1 is the seed blog's own
-definition (is the first of the n samples right), kept so that numbers can be set against its table. Entropy
+merely sharpening its distribution, greedy pass@1 does not, and first-sample pass@1 is the seed experiment's own
+definition (is the first of the n samples right), kept so that numbers can be set against its table
+(docs/provenance.md). Entropy
 says how sharp the policy is, so a sampled-pass gain can be read against it.
 """
 
@@ -259,7 +260,7 @@ class EvalResult:
 
     @property
     def first_sample_pass_at_1(self) -> Estimate | None:
-        """The seed blog's pass@1: the share of problems whose first sample passes (noisier than pass@1)."""
+        """The seed experiment's pass@1: the share of problems whose first sample passes (noisier than pass@1)."""
         return self._estimate([p.first_sample_passed for p in self.problems])
 
     @property
@@ -325,7 +326,7 @@ def summarize(
     greedy = None
     if problems and all(p.greedy_passed is not None for p in problems):
         greedy = Estimate.from_values([float(p.greedy_passed) for p in problems], **kw)
-    # Mean over problems of the per-problem mean reward; with equal n per problem this equals the seed blog's
+    # Mean over problems of the per-problem mean reward; with equal n per problem this equals the seed experiment's
     # mean over all samples, and it is the unit the bootstrap resamples.
     avg = Estimate.from_values([p.mean_reward for p in problems], **kw)
     return passk, greedy, avg

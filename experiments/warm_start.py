@@ -34,7 +34,7 @@ __all__ = ["TASK_MODEL_KWARGS", "WARM_START_INFO", "WARM_START_STEPS", "resolve_
 
 WARM_START_INFO = "passk_warm_start.json"  # written last: marks a complete cached warm start
 
-# The model of learnable-task.md: 4 layers, hidden 128, MLP 384, tied embeddings, 512-token BPE: ~0.92M params.
+# The prototype's model (docs/provenance.md): 4 layers, hidden 128, MLP 384, tied embeddings, 512-token BPE: ~0.92M params.
 TASK_MODEL_KWARGS: dict[str, Any] = {
     "vocab_size": 512,
     "hidden_size": 128,
@@ -62,7 +62,8 @@ def task_model_path(cache_dir: str | Path | None = None, *, seed: int = 0, **ove
 
 # Where the warm start is partly right on the family split: 215/1000 sampled (T=1) and 338/500 greedy held-out
 # pass. The SFT curve is steep (sampled 22/1000 at step 80, 90/1000 at 90, 414/1000 at 100; greedy 39, 320 and 396
-# of 500), so this is a step-level choice, made for the same ~20% sampled pass as learnable-task.md.
+# of 500), so this is a step-level choice, made for the same ~20% sampled pass as the prototype's
+# (docs/provenance.md).
 WARM_START_STEPS = 95
 
 
@@ -81,9 +82,9 @@ def warm_start(
 ) -> Path:
     """Supervised warm start with TRL's `SFTTrainer`; returns `out_dir` holding the model and its tokenizer.
 
-    The defaults are those of learnable-task.md (400 examples, batch 32, AdamW at 2e-3 with 30 warmup steps,
-    gradient clip 1.0), except the number of steps: with our tokenizer, model and family split the same ~20%
-    sampled (T=1) held-out pass is reached at step 95 (learnable-task.md needed 120). The loss is on the
+    The defaults are the prototype's the task was sized from (docs/provenance.md: 400 examples, batch 32, AdamW at
+    2e-3 with 30 warmup steps, gradient clip 1.0), except the number of steps: with our tokenizer, model and family
+    split the same ~20% sampled (T=1) held-out pass is reached at step 95 (the prototype needed 120). The loss is on the
     completion only; SFTTrainer appends EOS to each completion, so the model learns to stop. `callbacks` go to
     the SFTTrainer (e.g. to measure the held-out curve while sizing the warm start).
     """

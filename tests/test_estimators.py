@@ -1,6 +1,6 @@
-"""Pin the estimator math with the seed chapter's hand-checkable numbers.
+"""Pin the estimator math with the RL Fundamentals chapter's hand-checkable numbers (docs/provenance.md).
 
-The two-armed bandit of 003_1011c8f24e50d717.txt: logits (1, 0), so pi = (0.731, 0.269); arm 0 pays 1 and
+The chapter's two-armed bandit: logits (1, 0), so pi = (0.731, 0.269); arm 0 pays 1 and
 arm 1 pays 2. The per-sample REINFORCE gradients with respect to the logits are (0.269, -0.269) and
 (-1.462, 1.462), their mean is -0.197 in the first component and its variance is about 0.589.
 """
@@ -95,7 +95,8 @@ def test_policy_gradient_loss_sums_tokens_and_averages_sequences():
 
 
 def seed_rloo_loop(rewards: torch.Tensor, normalize: bool = True) -> torch.Tensor:
-    """`compute_rloo_advantages` from 000_a89d4566d7285a51.txt, verbatim apart from the curly quotes."""
+    """`compute_rloo_advantages` from the seed experiment's post (docs/provenance.md), verbatim apart from the curly
+    quotes."""
     G = len(rewards)
     if G == 1:
         return torch.zeros_like(rewards)

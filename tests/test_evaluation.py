@@ -182,7 +182,7 @@ def test_eval_result_to_dict_is_json_and_separates_timing() -> None:
     assert d["metrics"]["greedy_pass@1"]["value"] == pytest.approx(0.5)
     assert d["timing"]["tokens_per_s"] == pytest.approx(20.0)
     assert d["problems"][0]["correct"] == 1 and d["problems"][0]["mean_reward"] == pytest.approx(0.5)
-    # The seed blog's pass@1 counts each problem's first sample: a passes first, b never.
+    # The seed experiment's pass@1 counts each problem's first sample: a passes first, b never.
     assert [p["first_sample_passed"] for p in d["problems"]] == [True, False]
     assert res.scalars() == {
         "eval/pass@1": pytest.approx(0.25),

@@ -2,13 +2,15 @@
 
 | name             | trainer             | what it is (defining values in `MethodSpec.defaults`)                          |
 |------------------|---------------------|--------------------------------------------------------------------------------|
-| `vanilla_pg`     | `ReinforceTrainer`  | the seed blog's first loop: -log π · R, no baseline                            |
+| `vanilla_pg`     | `ReinforceTrainer`  | the seed experiment's first loop: -log π · R, no baseline                      |
 | `reinforce`      | `ReinforceTrainer`  | the seed's REINFORCE: batch-average baseline (one mean over the batch)         |
 | `reinforce_kl`   | `ReinforceTrainer`  | the seed's REINFORCE + KL: R - β·KL(π‖π_ref) per completion, then the batch mean |
 | `reinforce_rloo` | `ReinforceTrainer`  | the seed's RLOO code: leave-one-out baseline per prompt, whitened per prompt   |
 | `ppo`            | `PPOTrainer`        | the chapter's PPO: critic, GAE (γ = 1, λ = 1), clipped ratio and value losses  |
 | `grpo`           | `trl.GRPOTrainer`   | TRL's GRPO with the chapter's KL term to the reference (β = 0.04, in the loss) |
 | `rloo`           | `trl.RLOOTrainer`   | TRL's RLOO, unchanged (leave-one-out per prompt, β = 0.05 KL in the reward)    |
+
+"The seed" is the seed experiment's blog post and "the chapter" the RL Fundamentals chapter (docs/provenance.md).
 
 Each method's own hyperparameters live here (`defaults`) and in its config class; `MethodSpec.hparams` names
 them, and the runner writes their values to run.json (`method_hparams`) for the report's run table. A shared
@@ -119,7 +121,7 @@ METHODS: dict[str, MethodSpec] = {
             "reinforce_kl",
             ReinforceTrainer,
             ReinforceConfig,
-            # β: the seed gives none; 0.05 is the seed chapter's example coefficient and TRL RLOO's default.
+            # β: the seed gives none; 0.05 is the RL Fundamentals chapter's example and TRL RLOO's default.
             {"baseline": "batch_mean", "kl_coef": 0.05, "normalize_advantages": False},
             "Williams 1992; KL-regularised reward as in Ziegler et al. 2019 (arXiv:1909.08593)",
             _REINFORCE_HPARAMS,

@@ -1,8 +1,9 @@
 """Policy-gradient estimators as small pure torch functions.
 
 Every trainer in `experiments.trainers` computes its advantages and losses with these functions, and
-`tests/test_estimators.py` pins them with the hand-checkable numbers of the seed chapter (two-armed bandit,
-GAE limits, PPO clip cases) and against the seed blog's loop implementation of RLOO.
+`tests/test_estimators.py` pins them with the hand-checkable numbers of the RL Fundamentals chapter (two-armed
+bandit, GAE limits, PPO clip cases) and against the seed experiment's loop implementation of RLOO (both documents:
+docs/provenance.md).
 
 Conventions:
 - `rewards` are one scalar per completion, laid out group by group: `rewards.view(-1, group_size)` gives one
@@ -77,7 +78,7 @@ def policy_gradient_loss(
         advantages: `(B,)` one weight per completion (broadcast over its tokens), or `(B, T)` per token.
         mask: `(B, T)`, 1 on completion tokens. None means all tokens count.
         num_tokens: divide the sum over every token of the batch by this instead of averaging the per-completion
-            sums: the seed blog's normalisation, `loss_per_token.sum() / shift_mask.sum()`, one mean over all the
+            sums: the seed experiment's normalisation, `loss_per_token.sum() / shift_mask.sum()`, one mean over all the
             tokens of the batch (pass the batch's token count). Within one batch this only rescales the gradient,
             by completions / tokens, but the scale changes from batch to batch with the completions' lengths.
     """
@@ -92,7 +93,7 @@ def policy_gradient_loss(
 
 
 def _normalize_groups(adv: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Per-group whitening of the seed blog's RLOO loop: (A - mean) / (std + 1e-8) with the unbiased std over
+    """Per-group whitening of the seed experiment's RLOO loop: (A - mean) / (std + 1e-8) with the unbiased std over
     the scorable entries, left unchanged where std <= 1e-8 (a group whose rewards are all equal)."""
     count = valid.sum(dim=1, keepdim=True).to(adv.dtype)
     adv_valid = torch.where(valid, adv, torch.nan)
@@ -104,7 +105,7 @@ def _normalize_groups(adv: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
 def batch_baseline_advantages(rewards: torch.Tensor) -> torch.Tensor:
     """REINFORCE with a batch-average baseline: A_i = r_i - mean_j r_j over every scorable completion of the batch.
 
-    The seed blog's REINFORCE ("the simplest baselines are averages over the batch of rewards"; its loop takes
+    The seed experiment's REINFORCE ("the simplest baselines are averages over the batch of rewards"; its loop takes
     `rewards.mean()` over the batch of one update). A constant baseline, the same for every prompt of the batch:
     it lowers the variance without using which prompt a completion answers, unlike the per-prompt group mean of
     `group_baseline_advantages` (the two coincide when a batch holds one prompt, as in the seed's loop).
@@ -116,7 +117,7 @@ def batch_baseline_advantages(rewards: torch.Tensor) -> torch.Tensor:
 def group_baseline_advantages(rewards: torch.Tensor, group_size: int, normalize: bool = False) -> torch.Tensor:
     """REINFORCE with a per-prompt mean baseline: A_i = r_i - mean_j r_j over the i-th completion's group.
 
-    This is the seed blog's baseline (`rewards - rewards.mean()` over the G completions of one prompt), i.e.
+    This is the seed experiment's baseline (`rewards - rewards.mean()` over the G completions of one prompt), i.e.
     GRPO's advantage without the division by the group standard deviation. The mean includes r_i itself, so the
     expected gradient is the true one scaled by (G-1)/G, a constant absorbed by the learning rate
     (`rloo_advantages` is the exactly unbiased leave-one-out variant: it equals this times G/(G-1)).
@@ -132,7 +133,7 @@ def group_baseline_advantages(rewards: torch.Tensor, group_size: int, normalize:
 def rloo_advantages(rewards: torch.Tensor, group_size: int, normalize: bool = False) -> torch.Tensor:
     """REINFORCE Leave-One-Out (Ahmadian et al., 2024): A_i = r_i - 1/(G-1) * sum_{j != i} r_j.
 
-    Vectorised form of the seed blog's loop: the leave-one-out mean is (group_sum - r_i) / (G - 1). With
+    Vectorised form of the seed experiment's loop: the leave-one-out mean is (group_sum - r_i) / (G - 1). With
     `normalize=True`, each group's advantages are whitened as in that loop, `(A - mean(A)) / (std(A) + 1e-8)`
     with the unbiased std, and only when `std(A) > 1e-8`.
 

@@ -130,7 +130,7 @@ class PPOConfig(GRPOConfig):
             minus the value (unbiased). Schulman et al. (2015). 1 here: with γ = 1 and one reward at the end, every
             token's return is the completion's score (minus the KL penalties that follow it), and λ < 1 would mix
             in the bootstrapped values of a critic that starts untrained, biasing every advantage by its errors;
-            the seed chapter notes LLM implementations end up close to λ = 1 (verl's default is 1.0).
+            the RL Fundamentals chapter notes LLM implementations end up close to λ = 1 (verl's default is 1.0).
         whiten_advantages (`bool`, *optional*, defaults to `True`):
             Normalise the advantages of each generation batch to zero mean and unit variance over its tokens.
 
@@ -146,7 +146,7 @@ class PPOConfig(GRPOConfig):
             (GRPOConfig's field, used here with PPO's loss).
         logprob_temperature (`float`, *optional*):
             Temperature of log π in the ratio and the KL penalty. None uses the sampling `temperature`, as
-            GRPOTrainer does; 1 takes it from the raw logits (the seed blog's choice for its policy gradients).
+            GRPOTrainer does; 1 takes it from the raw logits (the seed experiment's choice for its policy gradients).
 
     `num_iterations` (PPO epochs over each generation batch) defaults to 2 here. `num_generations` may be 1 (PPO
     needs no groups); it defaults to GRPO's 8 so that batches line up with the group-based methods.

@@ -1,6 +1,7 @@
 """The REINFORCE family on TRL's GRPOTrainer: vanilla policy gradient, group-mean baseline, KL-in-reward, RLOO.
 
-One trainer, `ReinforceTrainer`, selected by `ReinforceConfig` (the four loops of the seed blog):
+One trainer, `ReinforceTrainer`, selected by `ReinforceConfig` (the four loops of the seed experiment,
+docs/provenance.md):
 
 | method           | baseline       | kl_coef | normalize_advantages |
 |------------------|----------------|---------|----------------------|
@@ -70,7 +71,7 @@ class ReinforceConfig(GRPOConfig):
             What is subtracted from each completion's reward before it weights the log-likelihood gradient.
             `"none"`: vanilla policy gradient, A = R (high variance; with 0/1 rewards it only pushes up passing
             completions). `"batch_mean"`: the mean reward of the whole generation batch, one constant for every
-            prompt (the seed blog's REINFORCE: "averages over the batch of rewards"). `"group_mean"`: the mean
+            prompt (the seed experiment's REINFORCE: "averages over the batch of rewards"). `"group_mean"`: the mean
             reward of the completions of the same prompt (GRPO's mean, TRL's RLOO up to G/(G-1)). `"rloo"`: the
             leave-one-out mean of the other completions of the same prompt (Ahmadian et al., 2024), an exactly
             unbiased baseline. All baselines lower the variance without changing the expected gradient (up to a
@@ -89,7 +90,7 @@ class ReinforceConfig(GRPOConfig):
             by a constant; from batch to batch by the completions' lengths.
         logprob_temperature (`float`, *optional*):
             Temperature the logits are divided by wherever log π is taken (loss, KL penalty). None uses the
-            sampling `temperature`, as GRPOTrainer does; the seed blog samples at 0.8 but takes log π from the raw
+            sampling `temperature`, as GRPOTrainer does; the seed experiment samples at 0.8 but takes log π from the raw
             logits (1.0).
 
         > Parameters that control the KL penalty
