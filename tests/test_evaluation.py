@@ -187,7 +187,6 @@ def test_eval_result_to_dict_is_json_and_separates_timing() -> None:
     assert res.scalars() == {
         "eval/pass@1": pytest.approx(0.25),
         "eval/pass@2": pytest.approx(0.5),
-        "eval/first_sample_pass@1": pytest.approx(0.5),
         "eval/greedy_pass@1": pytest.approx(0.5),
         "eval/avg_reward": pytest.approx(0.25),
         "eval/first_sample_pass@1": pytest.approx(0.5),  # the first sample of "a" passes, of "b" fails
