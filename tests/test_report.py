@@ -54,11 +54,12 @@ def _write_run(
     after: dict | None,
     log_history: list[dict] | None,
     wall: float = 100.0,
+    **meta: object,
 ) -> Path:
     path.mkdir(parents=True)
     (path / "run.json").write_text(
         json.dumps(
-            {"method": method, "seed": seed, "wall_time_s": wall, "tokens_per_s": 250.0, "model": "tiny"}
+            {"method": method, "seed": seed, "wall_time_s": wall, "tokens_per_s": 250.0, "model": "tiny", **meta}
         )
     )
     if before is not None:
@@ -159,13 +160,24 @@ def test_report_numbers_match_the_evals(runs: list[Path], tmp_path: Path) -> Non
         assert f"({png}.png)" in text
 
 
-def test_missing_metric_is_skipped_and_named(runs: list[Path], tmp_path: Path) -> None:
-    write_report(runs, tmp_path / "out")
+def test_a_curve_some_runs_lack_is_drawn_and_they_are_named_under_it(runs: list[Path], tmp_path: Path) -> None:
+    md = write_report(runs, tmp_path / "out")
     report = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert any("kl" in s and "vanilla_pg" in s for s in report["skipped"])
-    kl_methods = {s["method"] for s in report["curves"]["kl"]["series"]}
-    assert kl_methods == {"grpo"}
-    assert "## Skipped" in (tmp_path / "out" / "report.md").read_text()
+    assert (tmp_path / "out" / "kl.png").is_file()
+    assert not any("kl" in s for s in report["skipped"])  # drawn, so not called skipped
+    assert {s["method"] for s in report["curves"]["kl"]["series"]} == {"grpo"}
+    kl_section = md.read_text().split("### KL to the reference policy")[1].split("###")[0]
+    assert "Not logged by vanilla_pg (a method without a KL term logs none)" in kl_section
+
+
+def test_missing_metric_is_skipped_and_named(tmp_path: Path) -> None:
+    history = [e for e in _log_history(40, np.random.default_rng(0), kl=True, slope=0.3) if "eval/pass@1" not in e]
+    ev = _eval(AFTER_C, AFTER_G)
+    md = write_report([_write_run(tmp_path / "grpo", "grpo", 0, ev, ev, history)], tmp_path / "out")
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert "plot eval_pass_at_1: no run logged `eval/pass@1`" in report["skipped"]
+    assert not (tmp_path / "out" / "eval_pass_at_1.png").exists()
+    assert "## Skipped" in md.read_text()
 
 
 def test_missing_files_do_not_crash(tmp_path: Path) -> None:
@@ -309,7 +321,8 @@ def test_coinciding_curves_are_named_and_drawn_apart(tmp_path: Path) -> None:
     ev = _eval(AFTER_C, AFTER_G)
     dirs = [
         _write_run(tmp_path / "reinforce_rloo", "reinforce_rloo", 42, ev, ev, history),
-        _write_run(tmp_path / "rloo", "rloo", 42, ev, ev, json.loads(json.dumps(history))),
+        # beta 0: TRL's rloo then measures frac_reward_zero_std on the unit-test rewards, as the others do
+        _write_run(tmp_path / "rloo", "rloo", 42, ev, ev, json.loads(json.dumps(history)), method_hparams={"beta": 0.0}),
         _write_run(tmp_path / "grpo", "grpo", 42, ev, ev, other),
     ]
     md = write_report(dirs, tmp_path / "out")
@@ -341,3 +354,89 @@ def test_console_table(runs: list[Path]) -> None:
     assert "43.3% -> 56.7%" in lines[2]  # greedy
     assert lines[3].startswith("vanilla_pg")
     assert not any(math.isnan(float(x.rstrip("%"))) for x in lines[2].split() if x.endswith("%"))
+
+
+def _demo_meta(method: str, steps: int) -> dict:
+    config = {"dataset": "learnable", "n_train": 2000, "n_eval": 30, "split_seed": 0, "style": "completion",
+              "warm_start_steps": 95, "learning_rate": 3e-4, "lr_scheduler_type": "constant_with_warmup",
+              "num_generations": 8, "max_completion_length": 16, "temperature": 1.0, "eval_temperature": 1.0}  # fmt: skip
+    budget = {"fresh_prompts": 320, "fresh_completions": 2560, "tokens_generated": 20000, "optimizer_steps": steps}
+    return {"model": "task", "model_parameters": 920_064, "config": config, "budget": budget}
+
+
+def test_report_says_what_was_trained_and_at_which_eval_temperature(tmp_path: Path) -> None:
+    ev = _eval(AFTER_C, AFTER_G)
+    ev["settings"] = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 16, "greedy": True}
+    dirs = [_write_run(tmp_path / m, m, 42, ev, ev, None, **_demo_meta(m, steps))
+            for m, steps in (("grpo", 40), ("ppo", 80))]  # fmt: skip
+    text = write_report(dirs, tmp_path / "out").read_text()
+    setup = text.split("## What was trained")[1].split("\n## ")[0]
+    assert "learnable synthetic task (experiments.tasks), not HumanEval" in setup
+    assert "2000 training problems, 30 evaluation problems" in setup
+    assert "`task` (920K parameters), warm-started by 95 supervised steps" in setup
+    assert "320 fresh prompts x 8 completions = 2,560 completions" in setup
+    assert "optimizer steps: grpo 40, ppo 80" in setup  # the runs differ: each is named
+    assert "learning rate 0.0003 (constant_with_warmup)" in setup
+    assert "n = 5 samples each at temperature 1.0 (top_p 1.0) and one greedy completion" in setup
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["setup"]["learning_rate"] == "0.0003" and report["setup"]["model_parameters"] == 920_064
+
+
+def test_report_has_no_reference_a_reader_cannot_follow(runs: list[Path], tmp_path: Path) -> None:
+    text = write_report(runs, tmp_path / "out").read_text()
+    assert "seed chapter" not in text and "seed 000" not in text
+
+
+def test_one_seed_per_method_says_the_intervals_are_over_problems_only(runs: list[Path], tmp_path: Path) -> None:
+    text = write_report(runs, tmp_path / "one").read_text()
+    assert "One training run per method (one seed):** every interval here is over evaluation problems only" in text
+    between = text.split("## Between methods (after training)")[1]
+    assert between.lstrip().startswith("One seed per method: the intervals and tests below are over evaluation")
+    ev = _eval(AFTER_C, AFTER_G)
+    seeds = [_write_run(tmp_path / f"grpo-{s}", "grpo", s, ev, ev, None) for s in (0, 1)]
+    assert "One training run per method" not in write_report(seeds, tmp_path / "two").read_text()
+
+
+def test_eval_curve_carries_the_intervals_the_callback_logged(tmp_path: Path) -> None:
+    history = _log_history(40, np.random.default_rng(0), kl=True, slope=0.3)
+    for entry in history:
+        if "eval/pass@1" in entry:
+            entry["eval_ci"] = {"pass@1": [entry["eval/pass@1"] - 0.1, entry["eval/pass@1"] + 0.05]}
+    before, after = _eval(BEFORE_C, BEFORE_G), _eval(AFTER_C, AFTER_G)
+    md = write_report([_write_run(tmp_path / "grpo", "grpo", 0, before, after, history)], tmp_path / "out")
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    (series,) = report["curves"]["eval_pass_at_1"]["series"]
+    assert series["steps"][:2] == [0.0, 10.0]
+    assert series["ci"][0] == pytest.approx(before["metrics"]["pass@1"]["ci"], abs=1e-6)  # step 0: eval_before.json's
+    assert series["ci"][1] == pytest.approx([series["values"][1] - 0.1, series["values"][1] + 0.05], abs=1e-6)
+    assert "Whiskers: 95% bootstrap intervals over the evaluation problems." in md.read_text()
+
+
+def test_trl_rloo_is_left_out_of_the_zero_std_plot_and_the_report_says_why(tmp_path: Path) -> None:
+    ev = _eval(AFTER_C, AFTER_G)
+    hist = _log_history(40, np.random.default_rng(0), kl=True, slope=0.3)
+    dirs = [
+        _write_run(tmp_path / "grpo", "grpo", 0, ev, ev, hist),
+        _write_run(tmp_path / "rloo", "rloo", 0, ev, ev, hist, method_hparams={"beta": 0.05}),
+    ]
+    md = write_report(dirs, tmp_path / "out")
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [s["method"] for s in report["curves"]["frac_reward_zero_std"]["series"]] == ["grpo"]
+    assert [s["method"] for s in report["curves"]["reward"]["series"]] == ["grpo", "rloo"]
+    section = md.read_text().split("### Groups with zero reward variance")[1].split("###")[0]
+    assert "rloo left out: TRL's RLOOTrainer subtracts its KL penalty" in section
+    # Without a KL penalty its rewards are the unit-test rewards: drawn beside the others.
+    (tmp_path / "rloo" / "run.json").write_text(json.dumps({"method": "rloo", "seed": 0,
+                                                           "method_hparams": {"beta": 0.0}}))  # fmt: skip
+    report = build_report(dirs, tmp_path)
+    assert [s["method"] for s in report["curves"]["frac_reward_zero_std"]["series"]] == ["grpo", "rloo"]
+
+
+def test_model_size_is_counted_from_the_saved_weights_of_an_older_run(tmp_path: Path) -> None:
+    from safetensors.numpy import save_file
+
+    ev = _eval(AFTER_C, AFTER_G)
+    run = _write_run(tmp_path / "grpo", "grpo", 0, ev, ev, None)
+    save_file({"a": np.zeros((3, 4), dtype=np.float32), "b": np.zeros(5, dtype=np.float32)},
+              str(run / "model.safetensors"))  # fmt: skip
+    assert build_report([run], tmp_path)["setup"]["model_parameters"] == 17
