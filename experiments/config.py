@@ -225,10 +225,23 @@ def load_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as e:
-        raise ConfigError(f"config: {p} is not valid YAML: {str(e).splitlines()[0]}") from None
+        # "file:line:column: problem (context)", as compilers write it, so an editor can jump there.
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).strip().splitlines()[0]
+        context = getattr(e, "context", None)
+        raise ConfigError(f"config: {p}{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")) from None
     if not isinstance(data, dict):
         raise ConfigError(f"config: {p} must hold a mapping of keys to values")
     return data
+
+
+def did_you_mean(key: str, known: Sequence[str]) -> str:
+    """`; did you mean 'x'?` for the closest known key (difflib), or "" when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def split_config_argv(argv: Sequence[str]) -> tuple[str | None, list[str]]:
@@ -430,6 +443,7 @@ def parse_config(
     if unknown:
         raise ConfigError(
             f"{unknown[0]}: unknown key in {source} (not a field of ExperimentArgs or of any method's config)"
+            + did_you_mean(unknown[0], exp_fields | cfg_fields | elsewhere)
         )
     if not file_method:  # a budget file, shared by every method: the methods' own hyperparameters stay theirs
         owners = method_hparam_owners()
@@ -463,7 +477,8 @@ def parse_config(
         raise ConfigError(_one_line(e, sorted(exp_fields | cfg_fields))) from None
     if rest:
         flag = next((r for r in rest if r.startswith("-")), rest[0])
-        raise ConfigError(f"{flag.lstrip('-').split('=')[0]}: unknown option {flag!r}")
+        key = flag.lstrip("-").split("=")[0]
+        raise ConfigError(f"{key}: unknown option {flag!r}" + did_you_mean(key, exp_fields | cfg_fields))
     if device_free:
         cfg.use_cpu, cfg.fp16 = bool(asked["use_cpu"]), bool(asked["fp16"])
         cfg.bf16 = (not cfg.fp16) if asked["bf16"] is None else bool(asked["bf16"])  # TRL: bf16 unless fp16

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 HUMANEVAL_COLUMNS: tuple[str, ...] = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
 # Rows lacking these cannot be scored by the unit-test rewards.
 REQUIRED_VALUES: tuple[str, ...] = ("test", "entry_point")
+# What a file must have; canonical_solution is optional (nothing scores or trains on it), "" when absent.
+REQUIRED_COLUMNS: tuple[str, ...] = ("task_id", "prompt", *REQUIRED_VALUES)
 
 DEFAULT_INSTRUCTION = (
     "Complete the following Python function. Reply with the complete function, including its signature, "
@@ -114,12 +116,12 @@ def _looks_like_path(source: str) -> bool:
 
 def validate_rows(ds: Dataset, source: str = "dataset") -> None:
     """Raise `DataError` naming the first row (index and task_id) and column that the rewards cannot use."""
-    for column in ("task_id", "prompt", *REQUIRED_VALUES):
-        if column not in ds.column_names:
-            raise DataError(
-                f"{source}: column {column!r} is missing (columns: {', '.join(ds.column_names)}); "
-                f"HumanEval rows need {', '.join(HUMANEVAL_COLUMNS)}"
-            )
+    missing = [c for c in REQUIRED_COLUMNS if c not in ds.column_names]
+    if missing:
+        raise DataError(
+            f"{source}: column {missing[0]!r} is missing (its columns: {', '.join(ds.column_names) or 'none'}); "
+            f"HumanEval rows need {', '.join(REQUIRED_COLUMNS)} (canonical_solution is optional)"
+        )
     for column in ("prompt", *REQUIRED_VALUES):
         for i, (task_id, value) in enumerate(zip(ds["task_id"], ds[column])):
             if not isinstance(value, str) or not value.strip():
@@ -142,7 +144,8 @@ def load_humaneval(source: str | os.PathLike[str] | None = None) -> Dataset:
 
     Returns:
         A dataset with at least the columns task_id, prompt, canonical_solution, test, entry_point, in that
-        order (extra columns are kept after them; a missing canonical_solution becomes "").
+        order (extra columns are kept after them). canonical_solution is optional: nothing scores or trains on
+        it, and a file without it gets "" there; the other four are required (`REQUIRED_COLUMNS`).
 
     Raises:
         DataError: with one line naming the file, or the row (index and task_id) and column, that is wrong.
@@ -162,9 +165,9 @@ def load_humaneval(source: str | os.PathLike[str] | None = None) -> Dataset:
         else:
             ds, label = _load_hub(text), f"hub dataset {text!r}"
 
-    if "canonical_solution" not in ds.column_names and "task_id" in ds.column_names:
+    validate_rows(ds, label)  # before adding canonical_solution: the message lists the file's own columns
+    if "canonical_solution" not in ds.column_names:
         ds = ds.add_column("canonical_solution", [""] * len(ds))
-    validate_rows(ds, label)
     extra = [c for c in ds.column_names if c not in HUMANEVAL_COLUMNS]
     return ds.select_columns([*HUMANEVAL_COLUMNS, *extra])
 

@@ -303,3 +303,32 @@ def test_sharded_launch_refuses_evaluation_during_training(
     assert exp.eval_every_n_steps == 0
     monkeypatch.delenv("ACCELERATE_USE_FSDP")  # DDP keeps full weights on every rank
     assert parse_config([write(tmp_path, text)])[0].eval_every_n_steps == 5
+
+
+def test_invalid_yaml_keeps_its_line_and_column(
+    tmp_path: Path, no_model_loads: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from experiments.cli import main
+
+    path = write(tmp_path, "method: grpo\nlearning_rate: 1e-6\nnum_generations: [2, 4\nseed: 1\n")
+    assert main(["train", path, "--check"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    assert err.startswith(f"passk: error: config: {path}:4:5: not valid YAML: "), err
+
+
+def test_a_typo_in_a_key_says_did_you_mean(
+    tmp_path: Path, no_model_loads: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from experiments.cli import main
+
+    path = write(tmp_path, "method: grpo\nlearning_rat: 1e-6\n" + CPU)
+    assert main(["train", path, "--check"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"passk: error: learning_rat: unknown key in {path} (not a field of ExperimentArgs or of any "
+                   "method's config); did you mean 'learning_rate'?")  # fmt: skip
+    assert main(["train", "demo", "--method", "grpo", "--check", "--eval_temprature", "0.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "passk: error: eval_temprature: unknown option '--eval_temprature'; did you mean 'eval_temperature'?"
+    assert main(["train", "demo", "--method", "grpo", "--check", "--zzz", "1"]) == 2
+    assert "did you mean" not in capsys.readouterr().err  # nothing close: no guess

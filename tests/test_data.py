@@ -198,3 +198,19 @@ def test_chat_prompt_renders_with_a_chat_template(humaneval, tiny_model_dir):
     assert text.startswith("<|im_start|>user\n")
     assert humaneval[0]["prompt"].rstrip() in text
     assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_missing_column_error_lists_the_file_columns_and_what_is_required(humaneval, tmp_path):
+    # A file without test (and without the optional canonical_solution): the message lists the file's own
+    # columns, not the canonical_solution the loader would have added, and says which columns are required.
+    rows = humaneval.select(range(3)).to_list()
+    for row in rows:
+        del row["test"], row["canonical_solution"]
+    path = tmp_path / "no_test.jsonl"
+    _write_jsonl(path, rows)
+    with pytest.raises(DataError) as info:
+        load_humaneval(path)
+    assert str(info.value) == (
+        f"{path}: column 'test' is missing (its columns: task_id, prompt, entry_point); HumanEval rows need "
+        "task_id, prompt, test, entry_point (canonical_solution is optional)"
+    )
