@@ -9,21 +9,31 @@ gets ten lines, not one per step. `attach(trainer, label)` puts it on a trainer:
 - otherwise to stderr, in place of the trainer's own tqdm bar and printed log dicts (they stay in
   trainer_state.json and TensorBoard).
 
-Only the world's main process prints.
+Only the world's main process prints. On the parent's side, `run_children` runs such child processes, several at
+a time if asked, and `ProgressBoard` shows the latest line of each running child on one console line (on a
+terminal; elsewhere each child's lines as they come, a tenth of its run apart).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import selectors
+import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 PROGRESS_FD_ENV = "PASSK_PROGRESS_FD"
+# Set by the parent when its console is a terminal: the child then sends every update (a line each, at most
+# every `min_interval` s), which the parent redraws in place; else a line per tenth of the run.
+PROGRESS_LIVE_ENV = "PASSK_PROGRESS_LIVE"
 
 
 def format_duration(seconds: float) -> str:
@@ -43,14 +53,14 @@ class ConsoleProgress(TrainerCallback):
         min_interval: on a terminal, the least seconds between two rewrites of the line.
     """
 
-    def __init__(self, label: str = "", stream: IO[str] | None = None, min_interval: float = 0.5) -> None:
+    def __init__(
+        self, label: str = "", stream: IO[str] | None = None, min_interval: float = 0.5, *, feed: bool = False
+    ) -> None:
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
         self.min_interval = min_interval
-        try:
-            self.tty = self.stream.isatty()
-        except (AttributeError, ValueError):
-            self.tty = False
+        self.feed = feed  # every update as a line, for a parent that redraws them (ProgressBoard)
+        self.tty = _isatty(self.stream)
         self._t0 = 0.0
         self._start_step = 0
         self._last_write = -math.inf
@@ -105,7 +115,11 @@ class ConsoleProgress(TrainerCallback):
     def _write(self, line: str, fraction: float, *, final: bool, force: bool = False) -> None:
         now = time.monotonic()
         try:
-            if self.tty:
+            if self.feed:
+                if not force and now - self._last_write < self.min_interval:
+                    return
+                self.stream.write(line + "\n")
+            elif self.tty:
                 if not force and now - self._last_write < self.min_interval:
                     return
                 pad = " " * max(0, self._width - len(line))  # erase the end of a longer previous line
@@ -122,6 +136,13 @@ class ConsoleProgress(TrainerCallback):
             self.tty, self._last_fraction = False, 10**9
         self._last_write = now
 
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def _fraction(state: Any) -> float:
@@ -146,6 +167,188 @@ def attach(trainer: Any, label: str = "") -> ConsoleProgress:
     if not from_parent:  # our line replaces the tqdm bar and the per-step dicts on the same console
         trainer.remove_callback(ProgressCallback)
         trainer.remove_callback(PrinterCallback)
-    progress = ConsoleProgress(label, stream)
+    progress = ConsoleProgress(label, stream, feed=from_parent and os.environ.get(PROGRESS_LIVE_ENV) == "1")
     trainer.add_callback(progress)
     return progress
+
+
+# ----------------------------------------------------------------------------------------------- parent side
+
+
+class ProgressBoard:
+    """The latest progress line of each running child, on one console line that is redrawn in place (a
+    terminal), or each child's lines printed as they come (elsewhere). `message` prints a line above it."""
+
+    def __init__(self, stream: IO[str] | None = None, width: int | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = _isatty(self.stream)
+        self.width = width or (os.get_terminal_size(self.stream.fileno()).columns if self.tty else 200)
+        self.lines: dict[str, str] = {}
+        self._shown = 0
+
+    def update(self, key: str, line: str) -> None:
+        if not self.tty:
+            self._print(line + "\n")
+            return
+        self.lines[key] = line
+        self._redraw()
+
+    def finish(self, key: str) -> None:
+        """The child is done: its last line stays on the console, above the live line."""
+        last = self.lines.pop(key, None)
+        if self.tty and last is not None:
+            self._clear()
+            self._print(last + "\n")
+            self._redraw()
+
+    def message(self, text: str) -> None:
+        self._clear()
+        self._print(text + "\n")
+        self._redraw()
+
+    def _redraw(self) -> None:
+        if not self.tty:
+            return
+        text = " | ".join(self.lines.values())
+        if len(text) > self.width - 1:
+            text = text[: self.width - 2] + "…"
+        self._print("\r" + text + " " * max(0, self._shown - len(text)))
+        self._shown = len(text)
+
+    def _clear(self) -> None:
+        if self.tty and self._shown:
+            self._print("\r" + " " * self._shown + "\r")
+            self._shown = 0
+
+    def _print(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # the console went away: the runs go on
+            pass
+
+
+@dataclass
+class Child:
+    """One child process for `run_children`: its command, its label on the console and the file that takes its
+    own output (None: the parent's console, with no progress line)."""
+
+    label: str
+    cmd: Sequence[str]
+    log: Path | None = None
+    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    returncode: int | None = None
+    seconds: float = 0.0
+
+
+def run_children(
+    children: Sequence[Child],
+    *,
+    jobs: int = 1,
+    board: ProgressBoard | None = None,
+    on_start: Callable[[Child], None] | None = None,
+    on_done: Callable[[Child], None] | None = None,
+) -> list[Child]:
+    """Run the children, at most `jobs` at a time, in order; their progress lines go to `board`.
+
+    Each child with a `log` gets a pipe to the parent in PASSK_PROGRESS_FD (`attach` writes there) and its own
+    output in `log`; a child without one writes to the console itself. When a child fails, none is started
+    after it and the running ones are stopped; the children come back with their `returncode` (None: never
+    started, or stopped).
+    """
+    board = board or ProgressBoard()
+    pending = list(children)
+    running: list[_Running] = []
+    sel = selectors.DefaultSelector()
+    failed = False
+    try:
+        while pending or running:
+            while pending and not failed and len(running) < max(1, jobs):
+                child = pending.pop(0)
+                if on_start:
+                    on_start(child)
+                running.append(_Running.start(child, board.tty))
+                sel.register(running[-1].read_fd, selectors.EVENT_READ, running[-1])
+            for key, _ in sel.select(timeout=0.5):
+                key.data.read(board)
+            for run in [r for r in running if r.proc.poll() is not None]:
+                # Exited: by process status, not end of file (a process it left behind may hold the pipe).
+                run.read(board)
+                sel.unregister(run.read_fd)
+                running.remove(run)
+                run.close()
+                board.finish(run.child.label)
+                failed = failed or run.child.returncode != 0
+                if on_done:
+                    on_done(run.child)
+            if failed:
+                pending.clear()
+                for run in running:
+                    sel.unregister(run.read_fd)
+                    run.stop()
+                running.clear()
+    finally:
+        for run in running:  # interrupted (Ctrl-C): stop the children this call started, by their own handle
+            run.stop()
+        sel.close()
+    return list(children)
+
+
+@dataclass
+class _Running:
+    child: Child
+    proc: subprocess.Popen
+    read_fd: int
+    log: IO[str] | None
+    t0: float
+    buffer: bytes = b""
+
+    @classmethod
+    def start(cls, child: Child, live: bool) -> _Running:
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        env = dict(child.env)
+        if child.log:
+            env.update({PROGRESS_FD_ENV: str(write), PROGRESS_LIVE_ENV: "1" if live else "0"})
+        log = open(child.log, "w") if child.log else None  # noqa: SIM115 (closed when the child ends)
+        out: dict[str, Any] = {"stdout": log, "stderr": subprocess.STDOUT} if log else {}
+        try:
+            proc = subprocess.Popen(list(child.cmd), env=env, pass_fds=(write,), **out)
+        except BaseException:
+            os.close(read)
+            if log:
+                log.close()
+            raise
+        finally:
+            os.close(write)  # the child holds its own copy
+        return cls(child, proc, read, log, time.monotonic())
+
+    def read(self, board: ProgressBoard) -> None:
+        """Show the complete lines that have arrived."""
+        while True:
+            try:
+                chunk = os.read(self.read_fd, 65536)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            *complete, self.buffer = (self.buffer + chunk).split(b"\n")
+            for raw in complete:
+                if raw.strip():
+                    board.update(self.child.label, raw.decode(errors="replace").rstrip("\r"))
+
+    def close(self) -> None:
+        self.child.returncode = self.proc.wait()
+        self.child.seconds = time.monotonic() - self.t0
+        os.close(self.read_fd)
+        if self.log:
+            self.log.close()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        self.proc.wait()
+        self.child.returncode = None
+        os.close(self.read_fd)
+        if self.log:
+            self.log.close()

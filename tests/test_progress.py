@@ -100,3 +100,76 @@ def test_attach_replaces_the_bar_on_the_console_and_writes_to_the_parent_termina
         if write >= 0:
             os.close(write)
     assert received.startswith("grpo step 0/2\n") and "grpo step 2/2 reward 1.000 done in" in received
+
+
+CHILD = """
+import os, sys, time
+fd = os.environ.get("PASSK_PROGRESS_FD")
+with os.fdopen(int(fd), "w", buffering=1, closefd=False) as progress:
+    for step in (1, 2):
+        progress.write(f"{sys.argv[1]} step {step}/2\\n")
+print("own output of", sys.argv[1])
+if sys.argv[1] == "waits":  # finishes only if "creates" runs at the same time
+    for _ in range(600):
+        if os.path.exists(sys.argv[2]):
+            break
+        time.sleep(0.05)
+    else:
+        sys.exit(7)
+if sys.argv[1] == "creates":
+    open(sys.argv[2], "w").close()
+sys.exit(3 if sys.argv[1] == "fails" else 0)
+"""
+
+
+def _children(tmp_path, names, flag=None):
+    import sys
+
+    from experiments.progress import Child
+
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    return [Child(n, [sys.executable, str(script), n, str(flag or tmp_path / "flag")], log=tmp_path / f"{n}.log")
+            for n in names]  # fmt: skip
+
+
+def test_run_children_shows_each_childs_progress_and_keeps_its_output_in_its_log(tmp_path) -> None:
+    from experiments.progress import ProgressBoard, run_children
+
+    out = io.StringIO()
+    done = []
+    children = run_children(_children(tmp_path, ["a", "b"]), board=ProgressBoard(out), on_done=done.append)
+    assert [c.returncode for c in children] == [0, 0] and [c.label for c in done] == ["a", "b"]
+    assert out.getvalue() == "a step 1/2\na step 2/2\nb step 1/2\nb step 2/2\n"
+    assert (tmp_path / "a.log").read_text() == "own output of a\n"
+
+
+def test_run_children_runs_jobs_at_once(tmp_path) -> None:
+    from experiments.progress import ProgressBoard, run_children
+
+    children = run_children(_children(tmp_path, ["waits", "creates"]), jobs=2, board=ProgressBoard(io.StringIO()))
+    assert [c.returncode for c in children] == [0, 0]  # one at a time, "waits" would give up (7)
+
+
+def test_run_children_stops_after_a_failure(tmp_path) -> None:
+    from experiments.progress import ProgressBoard, run_children
+
+    children = run_children(_children(tmp_path, ["fails", "a"]), board=ProgressBoard(io.StringIO()))
+    assert [c.returncode for c in children] == [3, None]
+    assert not (tmp_path / "a.log").exists()
+
+
+def test_the_board_redraws_one_line_on_a_terminal() -> None:
+    from experiments.progress import ProgressBoard
+
+    out = _Terminal()
+    board = ProgressBoard(out, width=80)
+    board.update("a", "a step 1/4")
+    board.update("b", "b step 1/8")
+    board.update("a", "a step 2/4")
+    board.finish("a")
+    board.message("passk compare [1/2] a: done")
+    shown = out.getvalue().split("\r")
+    assert "a step 1/4 | b step 1/8" in shown and "a step 2/4 | b step 1/8" in shown
+    assert "a step 2/4\n" in out.getvalue() and "passk compare [1/2] a: done\n" in out.getvalue()
+    assert out.getvalue().endswith("b step 1/8")  # the live line: the runs still going
