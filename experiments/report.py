@@ -1033,6 +1033,7 @@ def _plot_curve(spec: Mapping[str, Any], order: Sequence[str], path: Path) -> No
     markers = ["x", "+", "^", "s", "v"]
     seen: dict[str, int] = {}
     n_coinciding = 0
+    n_series_ci, i_ci = sum(1 for s in spec["series"] if s.get("ci")), 0
     for s in spec["series"]:
         m = s["method"]
         idx = seen.get(m, 0)
@@ -1050,8 +1051,12 @@ def _plot_curve(spec: Mapping[str, Any], order: Sequence[str], path: Path) -> No
         if s.get("ci"):
             lo = [v - c[0] if c else 0.0 for v, c in zip(s["values"], s["ci"])]
             hi = [c[1] - v if c else 0.0 for v, c in zip(s["values"], s["ci"])]
-            ax.errorbar(s["steps"], s["values"], yerr=[lo, hi], fmt="none", ecolor=color, elinewidth=1,
-                        capsize=3, alpha=0.7)  # fmt: skip
+            # Whiskers of runs evaluated at the same steps would hide each other: each run's sit a little apart.
+            dodge = (n_series_ci - 1) / 2
+            shift = (i_ci - dodge) * 0.006 * max((max(x["steps"]) for x in spec["series"]), default=1)
+            ax.errorbar([x + shift for x in s["steps"]], s["values"], yerr=[lo, hi], fmt="none", ecolor=color,
+                        elinewidth=1, capsize=3, alpha=0.7)  # fmt: skip
+            i_ci += 1
         ax.plot(s["steps"], s["values"], color=color, alpha=0.25, linewidth=1)
         ax.plot(s["steps"], _smooth(s["values"]), color=color, linewidth=2, linestyle=style, marker=marker,
                 markersize=5, markevery=markevery, label=label)  # fmt: skip
