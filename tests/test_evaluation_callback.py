@@ -49,7 +49,9 @@ def test_schedule_logging_and_best_checkpoint(tiny, tmp_path: Path, monkeypatch)
     evals = [e for e in state.log_history if "eval/pass@1" in e]
     assert [e["step"] for e in evals] == [2, 4, 5]  # every 2 steps plus the final step
     assert [e["eval/pass@1"] for e in evals] == [0.2, 0.5, 0.3]
-    assert set(evals[0]) == {"step", "eval/pass@1", "eval/greedy_pass@1", "eval/avg_reward"}
+    assert set(evals[0]) == {"step", "eval/pass@1", "eval/greedy_pass@1", "eval/avg_reward", "eval_ci"}
+    # each metric's interval, for the report's eval curve
+    assert evals[1]["eval_ci"] == {"pass@1": [0.5, 0.5], "greedy_pass@1": [0.5, 0.5], "avg_reward": [0.5, 0.5]}
     assert seen_kwargs[0] == {"progress": False, "n_samples": 3}
     assert (cb.best_step, cb.best_metric) == (4, 0.5)
 
