@@ -28,6 +28,7 @@ the model (generation batch not divisible by `num_generations`, fewer training p
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import sys
@@ -133,6 +134,8 @@ class ExperimentArgs:
         resume (`bool`, defaults to `False`): Resume from the last `checkpoint-*` in `output_dir` (optimizer,
             scheduler, RNG and, for PPO, the critic). The trainer config's `resume_from_checkpoint` names a
             checkpoint explicitly instead.
+        overwrite (`bool`, defaults to `False`): Delete what `output_dir` holds before the run. Without it (or
+            `resume`), a run refuses an `output_dir` that is not empty, so that no earlier run is lost or mixed in.
         num_threads (`int`, defaults to `1`): `torch.set_num_threads` on CPU runs (0 leaves torch's choice).
         save_model (`bool`, defaults to `True`): Save the final model (or adapter) to `output_dir`.
     """
@@ -183,6 +186,9 @@ class ExperimentArgs:
         default=None, metadata={"help": "LoRA targets (all-linear)."}
     )
     resume: bool = field(default=False, metadata={"help": "Resume from the last checkpoint in output_dir."})
+    overwrite: bool = field(
+        default=False, metadata={"help": "Replace what an existing output_dir holds (else a run refuses it)."}
+    )
     num_threads: int = field(default=1, metadata={"help": "torch threads on CPU (0: torch's default)."})
     save_model: bool = field(default=True, metadata={"help": "Save the final model to output_dir."})
     # Set by parse_config: keys of the file that this method's config does not have, with the reason.
@@ -326,6 +332,21 @@ def _init_fields(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls) if f.init}
 
 
+_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|nan)$", re.IGNORECASE)
+
+
+def _join_negative_values(args: Sequence[str]) -> list[str]:
+    """`--key -1e-3` as `--key=-1e-3`: argparse takes `-1e-3` (a negative number in scientific notation) for an
+    option and would say "expected one argument"; the value then reaches the range check instead."""
+    out: list[str] = []
+    for a in args:
+        if out and _NUMBER.match(a) and out[-1].startswith("--") and "=" not in out[-1]:
+            out[-1] = f"{out[-1]}={a}"
+        else:
+            out.append(a)
+    return out
+
+
 DEVICE_KEYS: tuple[str, ...] = ("use_cpu", "bf16", "fp16")
 
 
@@ -460,6 +481,7 @@ def parse_config(
         del data[key]
     check_types(data, (ExperimentArgs, config_cls), source)
 
+    cli = _join_negative_values(cli)
     explicit = set(data) | set(_flag_keys(cli))
     parser = trl_parser_cls()((ExperimentArgs, config_cls), allow_abbrev=False)
     layered = {**PASSK_TRAINER_DEFAULTS, **dict(spec.defaults), **data}
@@ -546,9 +568,56 @@ def _world_size() -> int:
     return max(int(os.environ.get("WORLD_SIZE", "1") or 1), 1)
 
 
+# The range of each numeric setting (ExperimentArgs and the methods' trainer configs) that torch, transformers or
+# TRL would accept at parse time and then fail on after the model has loaded, or silently misuse. None (unset) is
+# always allowed; every float must also be finite.
+_AT_LEAST_0 = ("learning_rate", "critic_learning_rate", "vf_lr", "weight_decay", "max_grad_norm", "warmup_steps",
+               "beta", "epsilon", "epsilon_high", "delta", "kl_coef", "vf_coef", "cliprange_value", "cliprange",
+               "entropy_coef", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "label_smoothing_factor",
+               "num_train_epochs", "top_k", "seed", "data_seed", "dataloader_num_workers", "save_total_limit",
+               "neftune_noise_alpha", "eval_delay")  # fmt: skip
+_ABOVE_0 = ("temperature", "logprob_temperature", "adam_epsilon", "repetition_penalty", "logging_steps", "save_steps",
+            "eval_steps", "ddp_timeout", "vllm_server_timeout", "sapo_temperature_neg", "sapo_temperature_pos",
+            "reward_memory_mb")  # fmt: skip
+_AT_LEAST_1 = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
+               "num_iterations", "steps_per_generation", "generation_batch_size", "max_completion_length",
+               "max_prompt_length", "num_generations_eval", "ref_model_sync_steps", "vllm_tensor_parallel_size")  # fmt: skip
+NUMERIC_RANGES: dict[str, tuple[float | None, float | None, str]] = {
+    **{k: (0, None, ">= 0") for k in _AT_LEAST_0},
+    **{k: (0, None, "> 0") for k in _ABOVE_0},
+    **{k: (1, None, ">= 1") for k in _AT_LEAST_1},
+    **{k: (0, 1, "in [0, 1]") for k in ("min_p", "top_entropy_quantile", "ref_model_mixup_alpha", "lam", "gamma",
+                                        "warmup_ratio")},  # fmt: skip
+    **{k: (0, 1, "in (0, 1]") for k in ("top_p", "vllm_gpu_memory_utilization")},
+    **{k: (0, 1, "in [0, 1)") for k in ("adam_beta1", "adam_beta2")},
+    "max_steps": (-1, None, ">= -1 (-1: num_train_epochs decides)"),
+}
+
+
+def _in_range(value: float, low: float | None, high: float | None, rule: str) -> bool:
+    if low is not None and (value < low or (value == low and rule.startswith(("> ", "in (")))):
+        return False
+    return high is None or value < high or (value == high and not rule.endswith(")"))
+
+
+def check_numbers(*configs: Any) -> None:
+    """A ConfigError naming the first numeric setting of `configs` that is not finite or is out of its range
+    (`NUMERIC_RANGES`)."""
+    for config in configs:
+        for f in dataclasses.fields(config):
+            value = getattr(config, f.name, None)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{f.name}: must be a finite number, got {value}")
+            if f.name in NUMERIC_RANGES and not _in_range(value, *NUMERIC_RANGES[f.name]):
+                raise ConfigError(f"{f.name}: must be {NUMERIC_RANGES[f.name][2]}, got {value}")
+
+
 def validate(exp: ExperimentArgs, cfg: Any, *, world_size: int | None = None) -> None:
     """Check values that would otherwise fail late (after the model loads) or silently (0 training steps)."""
     ws = world_size or _world_size()
+    check_numbers(exp, cfg)
     if exp.dataset not in DATASETS and not Path(exp.dataset).expanduser().is_file():
         raise ConfigError(
             f"dataset: {exp.dataset!r} is neither {' nor '.join(DATASETS)} nor an existing file"
@@ -620,6 +689,24 @@ def validate(exp: ExperimentArgs, cfg: Any, *, world_size: int | None = None) ->
         )
     if cfg.max_steps <= 0 and cfg.num_train_epochs <= 0:
         raise ConfigError("max_steps: set max_steps > 0 or num_train_epochs > 0")
+
+
+def check_output_dir(exp: ExperimentArgs, cfg: Any) -> None:
+    """Refuse an `output_dir` that already holds files, unless the run continues it (`resume`,
+    `resume_from_checkpoint`) or replaces it (`overwrite`): a run would overwrite the model and run.json and leave
+    the earlier run's checkpoints beside its own."""
+    if exp.overwrite and (exp.resume or getattr(cfg, "resume_from_checkpoint", None)):
+        raise ConfigError("overwrite: set either overwrite (start afresh) or resume (continue the run), not both")
+    out = Path(cfg.output_dir)
+    if exp.overwrite or exp.resume or getattr(cfg, "resume_from_checkpoint", None) or not out.is_dir():
+        return
+    held = sorted(p.name for p in out.iterdir())
+    if held:
+        shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+        raise ConfigError(
+            f"output_dir: {out} already holds files ({shown}); pass --overwrite to replace them, "
+            "--resume true to continue that run, or another --output_dir"
+        )
 
 
 def sharded_weights() -> bool:

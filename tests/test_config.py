@@ -332,3 +332,56 @@ def test_a_typo_in_a_key_says_did_you_mean(
     assert err == "passk: error: eval_temprature: unknown option '--eval_temprature'; did you mean 'eval_temperature'?"
     assert main(["train", "demo", "--method", "grpo", "--check", "--zzz", "1"]) == 2
     assert "did you mean" not in capsys.readouterr().err  # nothing close: no guess
+
+
+@pytest.mark.parametrize(
+    ("method", "argv", "line"),
+    [
+        ("grpo", ["--learning_rate", "-1e-3"], "learning_rate: must be >= 0, got -0.001"),  # two arguments
+        ("grpo", ["--learning_rate=-2"], "learning_rate: must be >= 0, got -2.0"),
+        ("grpo", ["--learning_rate", "nan"], "learning_rate: must be a finite number, got nan"),
+        ("grpo", ["--temperature", "0"], "temperature: must be > 0, got 0.0"),
+        ("grpo", ["--top_p", "1.5"], "top_p: must be in (0, 1], got 1.5"),
+        ("grpo", ["--adam_beta2", "1"], "adam_beta2: must be in [0, 1), got 1.0"),
+        ("grpo", ["--max_grad_norm", "-1"], "max_grad_norm: must be >= 0, got -1.0"),
+        ("grpo", ["--weight_decay", "-1"], "weight_decay: must be >= 0, got -1.0"),
+        ("grpo", ["--beta", "-0.1"], "beta: must be >= 0, got -0.1"),
+        ("grpo", ["--max_completion_length", "0"], "max_completion_length: must be >= 1, got 0"),
+        ("grpo", ["--reward_memory_mb", "0"], "reward_memory_mb: must be > 0, got 0"),
+        ("ppo", ["--lam", "1.5"], "lam: lam must be in [0, 1]; got 1.5"),  # PPOConfig's own check
+        ("ppo", ["--epsilon", "-1"], "epsilon: must be >= 0, got -1.0"),
+        ("reinforce", ["--seed", "-3"], "seed: must be >= 0, got -3"),
+        ("rloo", ["--top_k", "-1"], "top_k: must be >= 0, got -1"),
+    ],
+)
+def test_numeric_settings_are_range_checked_in_one_line_before_anything_loads(
+    no_model_loads: None, capsys: pytest.CaptureFixture[str], method: str, argv: list[str], line: str
+) -> None:
+    from experiments.cli import main
+
+    assert main(["train", "demo", "--method", method, *argv]) == 2
+    assert capsys.readouterr().err.strip() == f"passk: error: {line}"
+
+
+def test_an_output_dir_that_holds_a_run_is_refused_unless_overwritten_or_resumed(
+    tmp_path: Path, no_model_loads: None
+) -> None:
+    from experiments.config import check_output_dir
+
+    out = tmp_path / "run"
+    demo = str(shipped_configs("demo.yaml")[0])
+    exp, cfg = parse_config([demo, "--method", "grpo", "--output_dir", str(out)])
+    check_output_dir(exp, cfg)  # absent: fine
+    out.mkdir()
+    check_output_dir(exp, cfg)  # empty: fine
+    (out / "run.json").write_text("{}")
+    (out / "checkpoint-40").mkdir()
+    with pytest.raises(ConfigError) as err:
+        check_output_dir(exp, cfg)
+    assert str(err.value) == (f"output_dir: {out} already holds files (checkpoint-40, run.json); pass --overwrite to "
+                              "replace them, --resume true to continue that run, or another --output_dir")  # fmt: skip
+    for flags in (["--overwrite"], ["--resume", "true"]):
+        check_output_dir(*parse_config([demo, "--method", "grpo", "--output_dir", str(out), *flags]))
+    with pytest.raises(ConfigError, match="^overwrite: set either"):
+        check_output_dir(*parse_config([demo, "--method", "grpo", "--output_dir", str(out), "--overwrite",
+                                        "--resume", "true"]))  # fmt: skip
