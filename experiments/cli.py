@@ -110,7 +110,10 @@ def accelerate_command(
 
 def cmd_train(argv: Sequence[str]) -> int:
     args = list(argv)
-    if not args or args[0] in ("-h", "--help"):
+    if not args:
+        raise CliError("train needs a CONFIG and a method: passk train CONFIG --method M [--key value ...] "
+                       "(passk train --help)")  # fmt: skip
+    if args[0] in ("-h", "--help"):
         print(__doc__)
         print("Keys: see ExperimentArgs in experiments/config.py and the method's config class "
               "(`passk train CONFIG --help` lists them all).")  # fmt: skip
@@ -270,11 +273,21 @@ def _parse_compare(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], list
         "seeds": _pop_flag(args, "seeds"),
         "in_process": bool(_pop_flag(args, "in_process", has_value=False)),
         "verbose": bool(_pop_flag(args, "verbose", has_value=False)),
+        "jobs": _jobs(_pop_flag(args, "jobs"), 1),
     }
     configs = []
     while args and not args[0].startswith("-"):
         configs.append(args.pop(0))
     return configs, opts, args
+
+
+def _jobs(value: Any, default: int) -> int:
+    """`--jobs N`: how many runs at a time (each takes `num_threads` cores)."""
+    if value is None:
+        return default
+    if not str(value).isdigit() or int(value) < 1:
+        raise CliError(f"--jobs: must be a whole number >= 1, got {value!r}")
+    return int(value)
 
 
 def parse_methods(value: str | None) -> list[str]:
@@ -296,11 +309,12 @@ def parse_methods(value: str | None) -> list[str]:
 
 def cmd_compare(argv: Sequence[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: passk compare CONFIG [--methods all|a,b,...] [--out DIR] [--seed N | --seeds 0,1,2] [--in_process] "
-              "[--verbose] [--key value ...]\n\n"
+        print("usage: passk compare CONFIG [--methods all|a,b,...] [--out DIR] [--seed N | --seeds 0,1,2] [--jobs N] "
+              "[--in_process] [--verbose] [--key value ...]\n\n"
               "Runs every method (default all) on the one budget file CONFIG into DIR/<method> with the same seed and\n"
-              "overrides (with --seeds: once per seed, into DIR/<method>-seed<N>), one after the other, each in its own\n"
-              "process unless --in_process, its output in DIR/<method>/train.log unless --verbose; then writes\n"
+              "overrides (with --seeds: once per seed, into DIR/<method>-seed<N>), each in its own process, N at a time\n"
+              "(default 1), unless --in_process; its output in DIR/logs/<run>.log unless --verbose, its progress on one\n"
+              "console line. An existing DIR/<method> is refused unless --overwrite or --resume true. Then writes\n"
               "DIR/report.md with write_report. The methods share the file, so they share the budget: the same fresh\n"
               "prompts and completions (budget_prompts); each method's own hyperparameters come from METHODS. An\n"
               "override that only some methods' configs have (e.g. --lam) goes to those.")  # fmt: skip
@@ -317,7 +331,8 @@ def cmd_compare(argv: Sequence[str]) -> int:
     if bad:
         raise CliError(f"--seeds: {bad[0]!r} is not an integer")
     report = compare(str(config_path(configs[0])), out, methods=parse_methods(opts["methods"]), seed=opts["seed"],
-                     seeds=seeds, overrides=overrides, in_process=opts["in_process"], verbose=opts["verbose"])  # fmt: skip
+                     seeds=seeds, overrides=overrides, in_process=opts["in_process"], verbose=opts["verbose"],
+                     jobs=opts["jobs"])  # fmt: skip
     print(f"passk: report written to {report}")
     return 0
 
@@ -328,15 +343,18 @@ def cmd_compare(argv: Sequence[str]) -> int:
 def cmd_demo(argv: Sequence[str]) -> int:
     args = list(argv)
     if args and args[0] in ("-h", "--help"):
-        print("usage: passk demo [--out DIR] [--methods a,b,...] [--in_process] [--verbose] [--key value ...]\n\n"
+        print("usage: passk demo [--out DIR] [--methods a,b,...] [--jobs N] [--in_process] [--verbose] [--overwrite] "
+              "[--key value ...]\n\n"
               "Every method side by side on CPU: the tiny task model, warm-started once (cached) on the learnable\n"
-              f"task, then RL with each method on the budget experiments/configs/{DEMO_CONFIG}.yaml. Ends with the\n"
-              "report path.")  # fmt: skip
+              f"task, then RL with each method on the budget experiments/configs/{DEMO_CONFIG}.yaml, two runs at a\n"
+              "time on two cores or more (--jobs). Ends with the report path; --overwrite replaces an earlier demo.")  # fmt: skip
         return 0
     out = Path(str(_pop_flag(args, "out") or DEMO_OUT))
     methods = parse_methods(_pop_flag(args, "methods"))
     in_process = bool(_pop_flag(args, "in_process", has_value=False))
     verbose = bool(_pop_flag(args, "verbose", has_value=False))
+    # Every run takes one thread (demo.yaml's num_threads): two at a time on a machine with two cores or more.
+    jobs = _jobs(_pop_flag(args, "jobs"), min(2, os.cpu_count() or 1))
     config = str(config_path(DEMO_CONFIG))
     t0 = time.time()
     # Build the shared warm-started model once, here, so every run finds it in the cache.
@@ -349,7 +367,7 @@ def cmd_demo(argv: Sequence[str]) -> int:
     if exp.warm_start_steps:
         print(f"passk demo: warm start ({exp.warm_start_steps} SFT steps, cached)", flush=True)
         warm_started_model(base, exp.warm_start_steps, seed=exp.split_seed)
-    report = compare(config, out, methods=methods, overrides=args, in_process=in_process, verbose=verbose)
+    report = compare(config, out, methods=methods, overrides=args, in_process=in_process, verbose=verbose, jobs=jobs)
     print(f"passk demo: {len(methods)} methods in {time.time() - t0:.0f}s")
     print(f"passk demo: report: {report}")
     return 0

@@ -1,8 +1,8 @@
 """`passk compare` as a library function: several methods on one budget file, each in its own run, then one report.
 
 `compare(config, out, methods=..., seeds=...)` runs each method (default: all of `experiments.trainers.METHODS`)
-on the same budget file with the same seed and overrides, one after the other, each in its own process (or in this
-one with `in_process`), into `out/<method>` (`out/<method>-seed<N>` with several seeds), then writes
+on the same budget file with the same seed and overrides, each in its own process (`jobs` at a time) or in this
+one with `in_process`, into `out/<method>` (`out/<method>-seed<N>` with several seeds), then writes
 `out/report.md` with `experiments.report.write_report`. `passk compare` and `passk demo` call it.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -61,6 +60,7 @@ def compare(
     overrides: Sequence[str] = (),
     in_process: bool = False,
     verbose: bool = False,
+    jobs: int = 1,
 ) -> Path:
     """Run each method (default: all of METHODS) on the budget file `config` into `out/<method>`, with one seed and
     the same overrides, then `write_report`.
@@ -69,60 +69,76 @@ def compare(
     optimizer steps that sample the same fresh prompts. An override goes to the methods whose config has the key
     (an option only some trainers have, e.g. `--lam`), and must exist in at least one. With `seeds`, every method
     runs once per seed into `out/<method>-seed<N>`; the report pools a method's seeds. Every run is parsed and
-    checked before the first one starts.
+    checked (its output_dir too) before the first one starts.
+
+    Each run is a process of its own (memory goes back to the OS, no state leaks between methods), `jobs` of them
+    at a time, its output in `out/logs/<run>.log` and its progress on one console line (experiments.progress);
+    `verbose` runs them one at a time with their output on the console, `in_process` in this process.
     """
+    from experiments.config import check_output_dir
     from experiments.trainers import METHODS
 
     out = Path(out)
     methods = list(methods or METHODS)
     seed_list = [str(s) for s in seeds] or ([str(seed)] if seed is not None else [None])
-    first_seed = ["--seed", seed_list[0]] if seed_list[0] is not None else []
     per_method: dict[str, list[str]] = {}
     not_in: dict[str, list[str]] = {}  # override key -> the methods whose config lacks it
     for method in methods:
         per_method[method], skipped = overrides_for(method, overrides)
         for key in skipped:
             not_in.setdefault(key, []).append(method)
-        parse_config([config, "--method", method, *per_method[method], *first_seed])  # fail before any run
     for key, lacking in not_in.items():
         if len(lacking) == len(methods):
             raise ConfigError(f"{key}: none of {', '.join(methods)} has this option")
-        print(
-            f"passk compare: --{key} goes to {', '.join(m for m in methods if m not in lacking)} only",
-            flush=True,
-        )
+    runs: list[tuple[str, Path, list[str]]] = []  # (name, run dir, argv)
+    for run_seed in seed_list:
+        for method in methods:
+            name = f"{method}-seed{run_seed}" if len(seed_list) > 1 else method
+            seed_args = ["--seed", run_seed] if run_seed is not None else []
+            argv = [config, "--method", method, *per_method[method], *seed_args, "--output_dir", str(out / name)]
+            check_output_dir(*parse_config(argv))  # fail before any run
+            runs.append((name, out / name, argv))
+    for key, lacking in not_in.items():
+        print(f"passk compare: --{key} goes to {', '.join(m for m in methods if m not in lacking)} only", flush=True)
     out.mkdir(parents=True, exist_ok=True)
-    run_dirs = []
-    jobs = [(m, s) for s in seed_list for m in methods]
-    for i, (method, run_seed) in enumerate(jobs, 1):
-        name = f"{method}-seed{run_seed}" if len(seed_list) > 1 else method
-        run_dir = out / name
-        seed_args = ["--seed", run_seed] if run_seed is not None else []
-        argv = [config, "--method", method, *per_method[method], *seed_args, "--output_dir", str(run_dir)]
-        head = f"passk compare [{i}/{len(jobs)}] {name}"
-        t0 = time.time()
-        if in_process:
-            print(f"{head} -> {run_dir}", flush=True)
-            from experiments.train import run
+    heads = {name: f"passk compare [{i}/{len(runs)}] {name}" for i, (name, _, _) in enumerate(runs, 1)}
+    if in_process:
+        from experiments.train import run
 
+        for name, run_dir, argv in runs:
+            print(f"{heads[name]} -> {run_dir}", flush=True)
+            t0 = time.time()
             run(*parse_config(argv))
-        else:
-            # Each run in its own process: memory goes back to the OS and no state leaks between methods. Its
-            # progress bars and per-step logs go to train.log unless verbose.
-            run_dir.mkdir(parents=True, exist_ok=True)
-            log = run_dir / "train.log"
-            print(f"{head} -> {run_dir}" + ("" if verbose else f" (log: {log})"), flush=True)
-            cmd = [sys.executable, "-m", "experiments.train", *argv]
-            if verbose:
-                rc = subprocess.call(cmd, env=child_env())
-            else:
-                with open(log, "w") as f:
-                    rc = subprocess.call(cmd, env=child_env(), stdout=f, stderr=subprocess.STDOUT)
-            if rc != 0:
-                tail = "" if verbose else "".join(log.read_text(errors="replace").splitlines(True)[-15:])
-                raise CliError(f"{name}: training exited with status {rc}\n{tail}")
-        print(f"{head}: {_summary(run_dir)} ({time.time() - t0:.0f}s)", flush=True)
-        run_dirs.append(run_dir)
+            print(f"{heads[name]}: {_summary(run_dir)} ({time.time() - t0:.0f}s)", flush=True)
+    else:
+        _run_processes(runs, heads, out / "logs", jobs=1 if verbose else jobs, verbose=verbose)
     from experiments.report import write_report
 
-    return Path(write_report(run_dirs, out))
+    return Path(write_report([run_dir for _, run_dir, _ in runs], out))
+
+
+def _run_processes(runs: Sequence[tuple[str, Path, list[str]]], heads: dict[str, str], logs: Path, *, jobs: int,
+                   verbose: bool) -> None:  # fmt: skip
+    """The runs as `python -m experiments.train` children, `jobs` at a time (experiments.progress.run_children)."""
+    from experiments.progress import Child, ProgressBoard, run_children
+
+    if not verbose:
+        logs.mkdir(parents=True, exist_ok=True)
+    dirs = {name: run_dir for name, run_dir, _ in runs}
+    children = [Child(name, [sys.executable, "-m", "experiments.train", *argv], None if verbose else logs / f"{name}.log",
+                      child_env()) for name, _, argv in runs]  # fmt: skip
+    board = ProgressBoard()
+
+    def started(child: Child) -> None:
+        log = "" if child.log is None else f" (log: {child.log})"
+        board.message(f"{heads[child.label]} -> {dirs[child.label]}{log}")
+
+    def done(child: Child) -> None:
+        if child.returncode == 0:
+            board.message(f"{heads[child.label]}: {_summary(dirs[child.label])} ({child.seconds:.0f}s)")
+
+    run_children(children, jobs=jobs, board=board, on_start=started, on_done=done)
+    for child in children:
+        if child.returncode not in (0, None):
+            tail = "" if child.log is None else "".join(child.log.read_text(errors="replace").splitlines(True)[-15:])
+            raise CliError(f"{child.label}: training exited with status {child.returncode}\n{tail}")

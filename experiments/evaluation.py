@@ -751,6 +751,9 @@ class PassAtKCallback(TrainerCallback):
         self.best_step: int | None = None
         self.best_metric: float | None = None
         self.history: list[dict[str, float]] = []  # one flat dict per evaluation, with "step"
+        # The latest evaluation (main process): at the final step it is what eval_after would measure again.
+        self.last_result: EvalResult | None = None
+        self.last_result_step: int | None = None
         self._last_step: int | None = None
         self._tb_writer: Any = None
 
@@ -787,6 +790,7 @@ class PassAtKCallback(TrainerCallback):
             model = _unwrap(kwargs["model"])
             tokenizer = self.tokenizer if self.tokenizer is not None else kwargs.get("processing_class")
             result = evaluate_model(model, tokenizer, self.eval_dataset, **self.evaluate_kwargs)
+            self.last_result, self.last_result_step = result, step
             scalars = result.scalars("eval/")
             self.history.append({**scalars, "step": step})
             # The intervals too, so that a report can draw them on the curve (trainer_state.json only).

@@ -67,6 +67,7 @@ class ConsoleProgress(TrainerCallback):
         self._last_fraction = -1
         self._values: dict[str, float] = {}
         self._width = 0
+        self._pending = False
 
     # -- hooks ------------------------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
@@ -75,15 +76,25 @@ class ConsoleProgress(TrainerCallback):
         if state.is_world_process_zero:
             self._write(self._line(state), _fraction(state), final=False, force=True)
 
+    # The Trainer logs a step's metrics after on_step_end: the line for a step is written when its log comes, or
+    # when the next step begins without one.
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: D102
+        self._pending = True
+
     def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: D102
         for key in ("reward", "loss"):
             value = (logs or {}).get(key)
             if isinstance(value, int | float) and math.isfinite(value):
                 self._values[key] = float(value)
+        self._flush(state)
 
-    def on_step_end(self, args, state, control, **kwargs):  # noqa: D102
-        if state.is_world_process_zero:
+    def on_step_begin(self, args, state, control, **kwargs):  # noqa: D102
+        self._flush(state)
+
+    def _flush(self, state: Any) -> None:
+        if self._pending and state.is_world_process_zero:
             self._write(self._line(state), _fraction(state), final=False)
+        self._pending = False
 
     def on_train_end(self, args, state, control, **kwargs):  # noqa: D102
         if state.is_world_process_zero:
@@ -159,6 +170,19 @@ def progress_stream() -> tuple[IO[str], bool]:
         except (OSError, ValueError):
             pass
     return sys.stderr, False
+
+
+def note(line: str) -> None:
+    """One line about a run's phase (evaluating, resuming) where its progress goes: the parent's board or stderr.
+    Main process only."""
+    if os.environ.get("RANK", "0") != "0":
+        return
+    stream, _ = progress_stream()
+    try:
+        stream.write(line + "\n")
+        stream.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def attach(trainer: Any, label: str = "") -> ConsoleProgress:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.budget import scheduled_rows
-from experiments.config import ExperimentArgs, method_spec, parse_config
+from experiments.config import ExperimentArgs, check_output_dir, method_spec, parse_config
 from experiments.data import build_datasets
 from experiments.errors import USER_ERRORS, ConfigError
 from experiments.models import (
@@ -46,6 +47,7 @@ from experiments.models import (
     load_model_and_tokenizer,
     model_sampling,
 )
+from experiments.progress import attach, note
 from experiments.reward_funcs import build_reward_funcs
 from experiments.run_record import run_budget_record, run_record
 from experiments.warm_start import starting_model
@@ -151,6 +153,11 @@ def find_resume_checkpoint(exp: ExperimentArgs, cfg: Any) -> str | None:
     return last
 
 
+def _checkpoint_step(path: str) -> str:
+    tail = Path(path).name.rpartition("-")[2]
+    return tail if tail.isdigit() else "?"
+
+
 def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
     """Run one experiment from parsed configs; returns `output_dir`. See the module docstring.
 
@@ -167,6 +174,7 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
     datasets.disable_progress_bars()  # bars for selecting 50 rows are noise next to the trainer's
     state = PartialState()
     out = Path(cfg.output_dir)
+    check_output_dir(exp, cfg)  # an earlier run's files: refused unless overwrite or resume
     resume_from = find_resume_checkpoint(exp, cfg)
 
     # Everything that can fail on a bad value, before any model is loaded.
@@ -178,7 +186,13 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
 
     with state.main_process_first():  # one process builds the cached models; the others then find them
         model_path = starting_model(exp)
+    if exp.overwrite and state.is_main_process and out.is_dir():
+        shutil.rmtree(out)
+    state.wait_for_everyone()
     out.mkdir(parents=True, exist_ok=True)
+    label = out.name
+    if resume_from and state.is_main_process:
+        print(f"passk: resuming from {resume_from} (step {_checkpoint_step(resume_from)})", flush=True)
     sampling = apply_model_sampling(exp, cfg, model_path)
     eval_gen = sampling["eval"]
     logger.info("method=%s model=%s train=%d eval=%d max_steps=%d out=%s", exp.method, model_path,
@@ -198,19 +212,20 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
         if resume_from and path.is_file():  # the starting model was already evaluated by the first attempt
             before = json.loads(path.read_text())
         else:
+            note(f"{label} evaluating the starting model on {len(eval_rows)} problems")
             model, eval_tok = load_for_eval(model_path, cfg)
             before = evaluate_to_file(model, eval_tok, eval_rows, exp, cfg.seed, path, eval_gen)
             del model
     state.wait_for_everyone()
 
     callbacks = list(callbacks)
+    periodic = None
     if exp.eval_every_n_steps and exp.n_eval:
         from experiments.evaluation import PassAtKCallback, eval_kwargs
 
         kw = eval_kwargs(exp, cfg.seed, eval_gen)
-        callbacks.append(
-            PassAtKCallback(eval_rows, tokenizer=tokenizer, every_n_steps=exp.eval_every_n_steps, **kw)
-        )
+        periodic = PassAtKCallback(eval_rows, tokenizer=tokenizer, every_n_steps=exp.eval_every_n_steps, **kw)
+        callbacks.append(periodic)
 
     trainer = spec.trainer_cls(
         model=model_path,
@@ -227,6 +242,7 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
     previous = SampleLog.read(Path(resume_from) / CHECKPOINT_SAMPLES_FILE) if resume_from else []
     samples = SampleLog(trainer, previous)
     trainer.add_callback(samples.checkpoint_callback())
+    attach(trainer, label)  # one live line on the console: step, reward, ETA
     t_train = time.time()
     train_output = trainer.train(resume_from_checkpoint=resume_from)
     train_seconds = time.time() - t_train
@@ -246,7 +262,15 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
                 logger.warning("eval_after skipped: sharded weights and save_model=false")
             else:
                 model, eval_tok = trainer.accelerator.unwrap_model(trainer.model), tokenizer
-            if model is not None:
+            final = periodic is not None and periodic.last_result_step == trainer.state.global_step
+            if model is not None and final and not sharded:
+                # PassAtKCallback scored this very model at the last step, with the same settings and seed:
+                # the same numbers a second evaluation would produce, without its cost.
+                after = periodic.last_result.to_dict()
+                write_json(out / "eval_after.json", after)
+                logger.info("eval_after.json: the step-%d evaluation of PassAtKCallback", trainer.state.global_step)
+            elif model is not None:
+                note(f"{label} evaluating the trained model on {len(eval_rows)} problems")
                 after = evaluate_to_file(model, eval_tok, eval_rows, exp, cfg.seed, out / "eval_after.json", eval_gen)
         state.wait_for_everyone()
 

@@ -124,6 +124,9 @@ def warm_start(
         processing_class=tokenizer,
         callbacks=list(callbacks),
     )
+    from experiments.progress import attach
+
+    attach(trainer, "warm start")  # one progress line, not a loss dict every 10 steps
     trainer.train()
     trainer.save_model(str(out_dir))
     tokenizer.save_pretrained(str(out_dir))

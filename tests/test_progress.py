@@ -22,11 +22,12 @@ def _run(progress: ConsoleProgress, steps: int = 40) -> None:
     state, control = TrainerState(max_steps=steps), TrainerControl()
     progress.on_train_begin(None, state, control)
     for step in range(1, steps + 1):
+        progress.on_step_begin(None, state, control)
         state.global_step = step
-        progress.on_log(None, state, control, logs={"reward": step / steps, "loss": 0.0})
         if step == 20:
             state.log_history.append({"eval/pass@1": 0.45, "step": 20})
         progress.on_step_end(None, state, control)
+        progress.on_log(None, state, control, logs={"reward": step / steps, "loss": 0.0})
     progress.on_train_end(None, state, control)
 
 
