@@ -134,9 +134,14 @@ def cmd_train(argv: Sequence[str]) -> int:
         return subprocess.call(cmd, env=child_env())
     if nproc:
         raise CliError("--num_processes needs --accelerate_config")
-    from experiments.train import run
+    from experiments.train import interrupted_message, run
 
-    out = run(exp, cfg)
+    try:
+        out = run(exp, cfg)
+    except KeyboardInterrupt:
+        # The command as typed (its CONFIG by name, not resolved to a path), plus --resume true.
+        print(interrupted_message(list(argv), cfg), file=sys.stderr)
+        return 130
     print(f"passk: run written to {out}")
     return 0
 
@@ -412,6 +417,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except USER_ERRORS as e:
         print(f"passk: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # no traceback: what was written stays, and `passk train` said how to resume
+        print(f"passk {args[0]}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -312,8 +312,8 @@ def run_children(
                     run.stop()
                 running.clear()
     finally:
-        for run in running:  # interrupted (Ctrl-C): stop the children this call started, by their own handle
-            run.stop()
+        for run in running:  # interrupted (Ctrl-C): the children got it too; let them write where they stopped
+            run.stop(grace=10.0)
         sel.close()
     return list(children)
 
@@ -368,10 +368,13 @@ class _Running:
         if self.log:
             self.log.close()
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
+    def stop(self, grace: float = 0.0) -> None:
+        """End the child (this call started it, so by its own handle), after `grace` seconds to end by itself."""
+        try:
+            self.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
             self.proc.terminate()
-        self.proc.wait()
+            self.proc.wait()
         self.child.returncode = None
         os.close(self.read_fd)
         if self.log:

@@ -9,8 +9,10 @@ the budget counted), written by `experiments.train.run` and read by `experiments
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from experiments.config import to_dict
@@ -23,6 +25,16 @@ __all__ = ["run_budget_record", "run_record"]
 
 def _last_logged(history: Sequence[dict[str, Any]], key: str) -> Any:
     return next((h[key] for h in reversed(history) if key in h), None)
+
+
+def _tokens_at(checkpoint: str) -> float:
+    """The tokens a checkpoint's run had trained (the last `num_tokens` in its trainer_state.json), else 0."""
+    path = Path(checkpoint) / "trainer_state.json"
+    try:
+        history = json.loads(path.read_text()).get("log_history", [])
+    except (OSError, ValueError):
+        return 0
+    return _last_logged(history, "num_tokens") or 0
 
 
 def run_record(
@@ -45,12 +57,15 @@ def run_record(
 
     history = trainer.state.log_history
     num_tokens = _last_logged(history, "num_tokens") or trainer.state.num_input_tokens_seen or 0
-    # Tokens are counted from the start of training; a resumed run trained only part of them here.
+    # Tokens are counted from the start of training; a resumed run trained here only those after its checkpoint.
+    tokens_here = num_tokens - (_tokens_at(resume_from) if resume_from else 0)
     record: dict[str, Any] = {
         "method": exp.method,
         "seed": cfg.seed,
         "model": exp.model,
         "model_path": model_path,
+        # parameters() yields a tied weight once; with LoRA, the base's and the adapter's
+        "model_parameters": sum(p.numel() for p in trainer.accelerator.unwrap_model(trainer.model).parameters()),
         "output_dir": str(cfg.output_dir),
         "config": to_dict(exp, cfg),
         "global_step": trainer.state.global_step,
@@ -60,7 +75,7 @@ def run_record(
         "train_time_s": train_seconds,
         "train_runtime_s": (train_output.metrics or {}).get("train_runtime"),
         "num_tokens": num_tokens,
-        "tokens_per_s": (num_tokens / train_seconds) if train_seconds > 0 and not resume_from else None,
+        "tokens_per_s": (tokens_here / train_seconds) if train_seconds > 0 else None,
         "eval_tokens_per_s": {
             name: (d.get("timing") or {}).get("tokens_per_s") if d else None
             for name, d in (("before", before), ("after", after))

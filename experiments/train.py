@@ -153,6 +153,33 @@ def find_resume_checkpoint(exp: ExperimentArgs, cfg: Any) -> str | None:
     return last
 
 
+class TiedWeightsLoaded(logging.Filter):
+    """Drops transformers' "There were missing keys in the checkpoint model loaded: ['lm_head.weight']" when every
+    key it lists is a tied weight of `model` (loaded under its other name, e.g. the embeddings): a checkpoint saves a
+    tied tensor once, so on resume nothing is missing. Any other missing key is still reported."""
+
+    PREFIX = "There were missing keys in the checkpoint model loaded: "
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        names: dict[int, list[str]] = {}
+        for name, param in model.named_parameters(remove_duplicate=False):
+            names.setdefault(id(param), []).append(name)
+        self.tied = {n for group in names.values() if len(group) > 1 for n in group}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith(self.PREFIX):
+            return True
+        import ast
+
+        try:
+            missing = ast.literal_eval(message[len(self.PREFIX) :].rstrip("."))
+        except (ValueError, SyntaxError):
+            return True
+        return not (missing and set(missing) <= self.tied)
+
+
 def _checkpoint_step(path: str) -> str:
     tail = Path(path).name.rpartition("-")[2]
     return tail if tail.isdigit() else "?"
@@ -243,8 +270,13 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
     samples = SampleLog(trainer, previous)
     trainer.add_callback(samples.checkpoint_callback())
     attach(trainer, label)  # one live line on the console: step, reward, ETA
+    tied = TiedWeightsLoaded(trainer.accelerator.unwrap_model(trainer.model))
+    logging.getLogger("transformers.trainer").addFilter(tied)
     t_train = time.time()
-    train_output = trainer.train(resume_from_checkpoint=resume_from)
+    try:
+        train_output = trainer.train(resume_from_checkpoint=resume_from)
+    finally:
+        logging.getLogger("transformers.trainer").removeFilter(tied)
     train_seconds = time.time() - t_train
     # trainer_state.json in output_dir (the report reads its log_history), also when save_strategy is "no".
     trainer.save_state()
@@ -284,6 +316,38 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
     return out
 
 
+def _without(args: Sequence[str], flags: dict[str, bool]) -> list[str]:
+    """args without each `--flag` of `flags` (`--flag value` when it takes a value, or `--flag=value`)."""
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        key = a[2:].split("=", 1)[0] if a.startswith("--") else None
+        if key in flags:
+            skip = flags[key] and "=" not in a
+            continue
+        out.append(a)
+    return out
+
+
+def interrupted_message(args: Sequence[str], cfg: Any) -> str:
+    """After Ctrl-C: where the last checkpoint is and the exact `passk train` command that resumes from it."""
+    import shlex
+
+    from transformers.trainer_utils import get_last_checkpoint
+
+    out = Path(cfg.output_dir)
+    last = get_last_checkpoint(str(out)) if out.is_dir() else None
+    if last is None:
+        when = "save_strategy is 'no'" if str(cfg.save_strategy) in ("no", "SaveStrategy.NO") else \
+            f"the first save comes at step {cfg.save_steps:g}"  # fmt: skip
+        return f"passk: interrupted; no checkpoint in {out} ({when}), so nothing to resume: run it again with --overwrite"
+    resume = ["passk", "train", *_without(args, {"overwrite": False, "resume": True}), "--resume", "true"]
+    return f"passk: interrupted; last checkpoint: {last}; resume with: {shlex.join(resume)}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m experiments.train CONFIG [--key value ...]`; returns the process exit code."""
     main_rank = os.environ.get("RANK", "0") == "0"  # under accelerate launch, one process reports
@@ -296,12 +360,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args and args[0] in ("-h", "--help"):
         print(__doc__)
         return 0
+    cfg = None
     try:
         exp, cfg = parse_config(args)
         out = run(exp, cfg)
     except USER_ERRORS as e:
         print(f"passk: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if main_rank:
+            print(interrupted_message(args, cfg) if cfg is not None else "passk: interrupted", file=sys.stderr)
+        return 130
     if main_rank:
         print(f"passk: run written to {out}")
     return 0

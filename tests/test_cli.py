@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -92,19 +93,54 @@ def test_compare_takes_one_budget_file(tmp_path: Path, capsys: pytest.CaptureFix
     assert "--methods: unknown method 'ppo2'" in capsys.readouterr().err
 
 
+def test_passk_train_without_arguments_exits_2_with_its_usage() -> None:
+    proc = subprocess.run([sys.executable, "-m", "experiments.cli", "train"], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("passk: error: train needs a CONFIG and a method: passk train CONFIG --method M "
+                                   "[--key value ...] (passk train --help)")  # fmt: skip
+
+
+def test_an_output_dir_holding_a_run_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from experiments import cli
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text("{}")
+    assert cli.main(["train", "cpu", "--method", "grpo", "--output_dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"passk: error: output_dir: {out} already holds files (run.json); pass --overwrite to replace "
+                   "them, --resume true to continue that run, or another --output_dir")  # fmt: skip
+    # compare checks every run's directory before the first run starts
+    (tmp_path / "cmp" / "ppo").mkdir(parents=True)
+    (tmp_path / "cmp" / "ppo" / "model.safetensors").write_text("")
+    assert cli.main(["compare", "cpu", "--methods", "grpo,ppo", "--out", str(tmp_path / "cmp")]) == 2
+    assert "output_dir: " + str(tmp_path / "cmp" / "ppo") in capsys.readouterr().err
+    assert not (tmp_path / "cmp" / "grpo").exists()
+
+
 @pytest.mark.slow
 def test_passk_train_end_to_end(tmp_path: Path, passk_cache: Path, tiny_model_dir: Path) -> None:
-    """`passk train` on a shipped cpu config, 2 steps, in a fresh process: every file of the run layout."""
+    """`passk train` on a shipped cpu config, 2 steps, in a fresh process: every file of the run layout; its
+    progress on the console in one line per update, not the trainer's dicts; --overwrite replaces what was there."""
     out = tmp_path / "run"
+    out.mkdir()
+    (out / "checkpoint-9").mkdir()  # an earlier run's
     cmd = [
         sys.executable, "-m", "experiments.cli", "train", "cpu", "--method", "grpo", "--model", str(tiny_model_dir),
-        "--budget_prompts", "2", "--n_eval", "4", "--save_steps", "1", "--output_dir", str(out),
+        "--budget_prompts", "2", "--n_eval", "4", "--save_steps", "1", "--output_dir", str(out), "--overwrite",
     ]  # fmt: skip
     proc = subprocess.run(
         cmd, capture_output=True, text=True, cwd=tmp_path, env=_env(passk_cache), timeout=600
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"run written to {out}" in proc.stdout
+    assert not (out / "checkpoint-9").exists()
+    progress = [line for line in proc.stderr.splitlines() if line.startswith("run step ")]
+    assert progress[0] == "run step 0/2" and progress[-1].startswith("run step 2/2 reward ")
+    assert " done in " in progress[-1] and "{'loss'" not in proc.stdout + proc.stderr
 
     for name in ("eval_before.json", "eval_after.json"):
         ev = json.loads((out / name).read_text())
@@ -186,25 +222,31 @@ def test_compare_runs_every_method_per_seed_on_one_budget_file(
 ) -> None:
     """The launch plan of `passk compare CONFIG --methods --seeds`: one run per (seed, method), each told its method,
     seed and directory, all on the same file; an option only some methods have goes to those only."""
+    import experiments.progress
     import experiments.report
     from experiments import cli
 
     launched: list[list[str]] = []
+    jobs = []
 
-    def fake_call(cmd, **kwargs):
-        launched.append(cmd)
-        return 0
+    def fake_run_children(children, **kwargs):
+        jobs.append(kwargs["jobs"])
+        for child in children:
+            launched.append(list(child.cmd))
+            child.returncode = 0
+        return children
 
     reported = {}
-    monkeypatch.setattr(cli.subprocess, "call", fake_call)
+    monkeypatch.setattr(experiments.progress, "run_children", fake_run_children)
     monkeypatch.setattr(
         experiments.report,
         "write_report",
         lambda dirs, out: reported.update(dirs=dirs) or Path(out) / "report.md",
     )
     argv = ["compare", "cpu", "--methods", "grpo,ppo", "--seeds", "3,4", "--out", str(tmp_path), "--budget_prompts",
-            "1", "--lam", "0.9"]  # fmt: skip
+            "1", "--lam", "0.9", "--jobs", "2"]  # fmt: skip
     assert cli.main(argv) == 0, capsys.readouterr().err
+    assert jobs == [2]
     assert "--lam goes to ppo only" in capsys.readouterr().out
     got = {(c[c.index("--method") + 1], c[c.index("--seed") + 1], c[c.index("--output_dir") + 1]) for c in launched}
     assert got == {(m, s, str(tmp_path / f"{m}-seed{s}")) for s in ("3", "4") for m in ("grpo", "ppo")}
@@ -237,3 +279,76 @@ def test_demo_runs_every_method_on_the_demo_budget(
         assert cfg.use_cpu and exp.num_threads == 1
     assert cli.main(["demo", "--out", str(tmp_path), "--methods", "ppo,grpo"]) == 0
     assert calls["methods"] == ["ppo", "grpo"]
+
+
+@pytest.mark.slow
+def test_compare_shows_each_runs_progress_and_keeps_the_trainer_output_in_logs(
+    tmp_path: Path, passk_cache: Path, tiny_model_dir: Path
+) -> None:
+    out = tmp_path / "cmp"
+    cmd = [sys.executable, "-m", "experiments.cli", "compare", "cpu", "--methods", "grpo,reinforce", "--jobs", "2",
+           "--model", str(tiny_model_dir), "--budget_prompts", "2", "--n_eval", "4", "--out", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=_env(passk_cache), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    console = proc.stdout + proc.stderr
+    for method in ("grpo", "reinforce"):
+        lines = [line for line in console.splitlines() if line.startswith(f"{method} step ")]
+        assert lines[0] == f"{method} step 0/2" and lines[-1].startswith(f"{method} step 2/2 reward "), console
+        assert f"{method} evaluating the starting model on 4 problems" in console
+        assert f"passk compare [{1 if method == 'grpo' else 2}/2] {method}: pass@1 " in console
+        assert "'loss'" in (out / "logs" / f"{method}.log").read_text()  # the trainer's own output, in its log
+    assert "{'loss'" not in console and (out / "report.md").is_file()
+
+
+SLOW_REWARD = """
+import time
+
+
+def reward(completions, **kwargs):
+    time.sleep(2.0)  # keeps each step long enough to be interrupted between two checkpoints
+    return [0.0] * len(completions)
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_says_where_the_last_checkpoint_is_and_its_resume_command_resumes(
+    tmp_path: Path, passk_cache: Path, tiny_model_dir: Path
+) -> None:
+    import shlex
+    import signal
+    import time
+
+    (tmp_path / "slow_reward.py").write_text(SLOW_REWARD)
+    out = tmp_path / "run"
+    args = ["train", "cpu", "--method", "grpo", "--model", str(tiny_model_dir), "--budget_prompts", "0",
+            "--max_steps", "8", "--save_steps", "1", "--n_eval", "0", "--reward_funcs", "slow_reward.py:reward",
+            "--output_dir", str(out)]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", *args], cwd=tmp_path, env=_env(passk_cache),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 600
+        while not (out / "checkpoint-1" / "trainer_state.json").is_file() and proc.poll() is None:
+            assert time.monotonic() < deadline, "no checkpoint-1"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stdout[-2000:] + stderr[-2000:]
+    assert "Traceback" not in stderr
+    last = stderr.strip().splitlines()[-1]
+    match = re.fullmatch(r"passk: interrupted; last checkpoint: (.+); resume with: (.+)", last)
+    assert match, last
+    checkpoint, command = Path(match.group(1)), shlex.split(match.group(2))
+    assert checkpoint.parent == out and checkpoint.is_dir() and checkpoint.name != "checkpoint-8"
+    assert command == ["passk", *args, "--resume", "true"]
+
+    resumed = subprocess.run([sys.executable, "-m", "experiments.cli", *command[1:]], cwd=tmp_path,
+                             env=_env(passk_cache), capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    step = checkpoint.name.split("-")[1]
+    assert f"passk: resuming from {checkpoint} (step {step})" in resumed.stdout
+    assert "missing keys" not in resumed.stdout + resumed.stderr  # the tied lm_head is not missing
+    run = json.loads((out / "run.json").read_text())
+    assert run["global_step"] == 8 and run["resumed_from"] == str(checkpoint) and run["tokens_per_s"] > 0
