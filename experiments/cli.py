@@ -37,6 +37,9 @@ from experiments.config import (
     check_types,
     cli_value,
     config_path,
+    did_you_mean,
+    flag_keys,
+    join_negative_values,
     load_yaml,
     method_spec,
     overrides_for,
@@ -204,17 +207,33 @@ def cmd_eval(argv: Sequence[str]) -> int:
     model = args.pop(0)
     config = _pop_flag(args, "config")
     parser = trl_parser_cls()((ExperimentArgs, EvalArgs), allow_abbrev=False)
+    record = None if config else _run_record_of(model)
     if config:
         data = load_yaml(config_path(str(config)))
         data.pop("env", None)
+        source = f"--config {config}"
+    elif record is not None:
+        data = {k: v for k, v in json.loads(record.read_text()).get("config", {}).items() if k in RUN_EVAL_KEYS}
+        source = f"the run's {record}"
+    else:
+        data, source = {}, None
+    if data:
         known = {f for cls in (ExperimentArgs, EvalArgs) for f in cls.__dataclass_fields__}
-        # A training YAML is a natural input: keep its data/eval keys and seed, skip trainer-only keys.
+        # A training YAML or run.json is a natural input: keep its data/eval keys and seed, skip trainer-only keys.
         data = {k: v for k, v in data.items() if k in known}
-        check_types(data, (ExperimentArgs, EvalArgs), str(config))
+        check_types(data, (ExperimentArgs, EvalArgs), str(config or record))
         parser.set_defaults_with_config(**data)
-    exp, ea, rest = parser.parse_args_into_dataclasses(args=args, return_remaining_strings=True)
+    exp, ea, rest = parser.parse_args_into_dataclasses(args=join_negative_values(args), return_remaining_strings=True)
     if rest:
-        raise ConfigError(f"{rest[0].lstrip('-')}: unknown option {rest[0]!r} for passk eval")
+        key = rest[0].lstrip("-").split("=")[0]
+        raise ConfigError(f"{key}: unknown option {rest[0]!r} for passk eval"
+                          + did_you_mean(key, [*ExperimentArgs.__dataclass_fields__, *EvalArgs.__dataclass_fields__]))  # fmt: skip
+    told = sorted(set(flag_keys(args)) & set(RUN_EVAL_KEYS))
+    print(f"passk eval: {exp.dataset} ({ea.split} split of split_seed {exp.split_seed}, {exp.n_eval} eval problems), "
+          f"{exp.style} prompts, n={exp.eval_n} at temperature {exp.eval_temperature:g} (top_p {exp.eval_top_p:g}), "
+          f"up to {exp.eval_max_new_tokens} new tokens, seed {ea.seed}: "
+          + (f"settings of {source}" if source else "passk's defaults (no run.json or --config)")
+          + (f", with {', '.join('--' + k for k in told)} from the command line" if told else ""), flush=True)  # fmt: skip
     if ea.split not in ("eval", "train"):
         raise ConfigError(f"split: must be eval or train, got {ea.split!r}")
 
@@ -246,6 +265,23 @@ def cmd_eval(argv: Sequence[str]) -> int:
     summary = {k: v["value"] for k, v in data.get("metrics", {}).items()} if "metrics" in data else {}
     print(f"passk: {out}" + (f"  {summary}" if summary else ""))
     return 0
+
+
+# The keys of a run's config that decide what `passk eval` scores and how: data, split, prompt style, sampling,
+# the sandbox's limits and the seed.
+RUN_EVAL_KEYS: tuple[str, ...] = ("dataset", "n_train", "n_eval", "split_seed", "style", "system_prompt",
+                                  "model_generation_config", "reward_timeout", "reward_memory_mb", "eval_n",
+                                  "eval_ks", "eval_temperature", "eval_top_p", "eval_max_new_tokens", "eval_greedy",
+                                  "eval_batch_size", "num_threads", "seed")  # fmt: skip
+
+
+def _run_record_of(model: str) -> Path | None:
+    """The run.json of a run directory or of the run a `checkpoint-N` folder belongs to; None for anything else."""
+    p = Path(model)
+    for folder in (p, p.parent) if p.is_dir() else ():
+        if (folder / "run.json").is_file():
+            return folder / "run.json"
+    return None
 
 
 def _model_folder(model: str, exp: ExperimentArgs) -> str:

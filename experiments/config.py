@@ -335,7 +335,7 @@ def _init_fields(cls: type) -> set[str]:
 _NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|nan)$", re.IGNORECASE)
 
 
-def _join_negative_values(args: Sequence[str]) -> list[str]:
+def join_negative_values(args: Sequence[str]) -> list[str]:
     """`--key -1e-3` as `--key=-1e-3`: argparse takes `-1e-3` (a negative number in scientific notation) for an
     option and would say "expected one argument"; the value then reaches the range check instead."""
     out: list[str] = []
@@ -370,7 +370,7 @@ def _drop_flags(args: Sequence[str], keys: Sequence[str]) -> list[str]:
     return out
 
 
-def _flag_keys(args: Sequence[str]) -> list[str]:
+def flag_keys(args: Sequence[str]) -> list[str]:
     """The keys of the `--key value` / `--key=value` flags in args, in order."""
     return [a[2:].split("=", 1)[0] for a in args if a.startswith("--") and len(a) > 2]
 
@@ -481,8 +481,8 @@ def parse_config(
         del data[key]
     check_types(data, (ExperimentArgs, config_cls), source)
 
-    cli = _join_negative_values(cli)
-    explicit = set(data) | set(_flag_keys(cli))
+    cli = join_negative_values(cli)
+    explicit = set(data) | set(flag_keys(cli))
     parser = trl_parser_cls()((ExperimentArgs, config_cls), allow_abbrev=False)
     layered = {**PASSK_TRAINER_DEFAULTS, **dict(spec.defaults), **data}
     if device_free:

@@ -352,3 +352,29 @@ def test_ctrl_c_says_where_the_last_checkpoint_is_and_its_resume_command_resumes
     assert "missing keys" not in resumed.stdout + resumed.stderr  # the tied lm_head is not missing
     run = json.loads((out / "run.json").read_text())
     assert run["global_step"] == 8 and run["resumed_from"] == str(checkpoint) and run["tokens_per_s"] > 0
+
+
+def test_eval_of_a_run_or_its_checkpoint_uses_the_runs_settings_and_says_so(
+    tmp_path: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from experiments.cli import main
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_model_dir, run_dir / "checkpoint-3")
+    config = {"dataset": "learnable", "n_train": 40, "n_eval": 6, "split_seed": 0, "style": "completion",
+              "eval_n": 2, "eval_ks": [1, 2], "eval_temperature": 1.0, "eval_top_p": 1.0, "eval_max_new_tokens": 8,
+              "seed": 42, "learning_rate": 3e-4, "method": "grpo"}  # fmt: skip
+    (run_dir / "run.json").write_text(json.dumps({"config": config}))
+    out = tmp_path / "eval.json"
+    assert main(["eval", str(run_dir / "checkpoint-3"), "--out", str(out)]) == 0, capsys.readouterr().err
+    said = capsys.readouterr().out
+    assert (f"passk eval: learnable (eval split of split_seed 0, 6 eval problems), completion prompts, n=2 at "
+            f"temperature 1 (top_p 1), up to 8 new tokens, seed 42: settings of the run's {run_dir / 'run.json'}"
+            in said)  # fmt: skip
+    ev = json.loads(out.read_text())
+    assert ev["num_problems"] == 6 and ev["n"] == 2 and ev["problems"][0]["task_id"].startswith("synth/")
+    assert ev["settings"]["temperature"] == 1.0 and ev["settings"]["max_new_tokens"] == 8 and ev["settings"]["seed"] == 42
+    # Told otherwise on the command line: that wins, and is named.
+    assert main(["eval", str(run_dir), "--out", str(out), "--eval_n", "3", "--eval_ks", "1"]) == 0
+    assert "with --eval_ks, --eval_n from the command line" in capsys.readouterr().out
+    assert json.loads(out.read_text())["n"] == 3
