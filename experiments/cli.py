@@ -3,8 +3,10 @@
     passk train CONFIG --method M [--key value ...]      one run (same as `python -m experiments.train`)
     passk train CONFIG --method M --accelerate_config cpu|multi_gpu|PATH [--num_processes N] [--key value ...]
                                                          the same run through `accelerate launch`
-    passk train CONFIG --method M --check [--key value ...]
-                                                         parse and check the config, print it, load nothing
+    passk train CONFIG --method M --check [--all] [--key value ...]
+                                                         parse and check the config, print it (passk's keys, then
+                                                         what differs from TRL's defaults; --all: every key),
+                                                         load nothing
     passk eval MODEL [--config CONFIG] [--out FILE] [--key value ...]
                                                          pass@k of a model, run directory or checkpoint
     passk compare CONFIG [--methods all|a,b] [--out DIR] [--seed N | --seeds 0,1,2] [--key value ...]
@@ -124,12 +126,15 @@ def cmd_train(argv: Sequence[str]) -> int:
     acc = _pop_flag(args, "accelerate_config")
     nproc = _pop_flag(args, "num_processes")
     check = bool(_pop_flag(args, "check", has_value=False))
+    show_all = bool(_pop_flag(args, "all", has_value=False))
     args = _resolve_config(args)
     if "--help" in args or "-h" in args:
         return _print_config_help(args)
     if check:  # no accelerator is touched: a GPU config checks out on a CPU machine too
-        _print_config(*parse_config(args, device_free=True))
+        _print_config(*parse_config(args, device_free=True), show_all=show_all)
         return 0
+    if show_all:
+        raise CliError("--all goes with --check (it lists the trainer config's keys left at their defaults)")
     exp, cfg = parse_config(args)  # fail here, in the launcher, before any process or model starts
     if acc:
         cmd = accelerate_command(args, str(acc), int(nproc) if nproc else None)
@@ -149,13 +154,55 @@ def cmd_train(argv: Sequence[str]) -> int:
     return 0
 
 
-def _print_config(exp: Any, cfg: Any) -> None:
+def _field_default(f: Any) -> Any:
+    import dataclasses
+    from enum import Enum
+
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        return dataclasses.MISSING
+    return value.value if isinstance(value, Enum) else value
+
+
+def _print_config(exp: Any, cfg: Any, *, show_all: bool = False) -> None:
+    """The resolved config as YAML: passk's own keys (ExperimentArgs) first, then the trainer config's keys that
+    differ from its class defaults (set by passk, the method, the budget file or the command line), then, with
+    `show_all`, those left at TRL's defaults."""
+    import dataclasses
+
     import yaml
 
-    from experiments.config import to_dict
+    from experiments.config import DEVICE_KEYS, to_dict
     from experiments.trainers import method_hparams
 
-    print(yaml.safe_dump(json.loads(json.dumps(to_dict(exp, cfg), default=str)), sort_keys=True), end="")
+    def plain(value: Any) -> Any:
+        return json.loads(json.dumps(value, default=str))
+
+    data = plain(to_dict(exp, cfg))
+    own = [f.name for f in dataclasses.fields(ExperimentArgs)]
+    # The defaults as TRL resolves them (its __post_init__ fills some in), on the CPU as --check parses; the
+    # device keys against the class's own defaults.
+    baseline = plain(type(cfg)(output_dir=str(cfg.output_dir), use_cpu=True, bf16=False, fp16=False).to_dict())
+    baseline.update({f.name: plain(_field_default(f)) for f in dataclasses.fields(cfg) if f.name in DEVICE_KEYS})
+    trainer = {k: v for k, v in data.items() if k not in own}
+    unchanged = {k for k, v in trainer.items() if k in baseline and baseline[k] == v}
+
+    def dump(values: dict[str, Any]) -> None:
+        print(yaml.safe_dump(values, sort_keys=False) if values else "", end="")
+
+    print("# passk (ExperimentArgs)")
+    dump({k: data[k] for k in own if k in data})
+    print(f"# {type(cfg).__name__}: set by passk, the method, the budget file or the command line")
+    dump({k: trainer[k] for k in sorted(trainer) if k not in unchanged})
+    if show_all:
+        print(f"# {type(cfg).__name__}: TRL / transformers defaults, unchanged")
+        dump({k: trainer[k] for k in sorted(unchanged)})
+    else:
+        print(f"# {len(unchanged)} more {type(cfg).__name__} keys at their TRL / transformers defaults "
+              "(--check --all lists them)")  # fmt: skip
     hparams = ", ".join(f"{k}={v}" for k, v in method_hparams(exp.method, cfg).items())
     print(f"# {exp.method} hyperparameters (METHODS): {hparams}")
     budget = f"{exp.budget_prompts} fresh prompts, " if exp.budget_prompts else ""

@@ -75,12 +75,36 @@ def test_check_of_the_gpu_file_works_on_any_machine_and_touches_no_device(
     with pytest.raises(AssertionError, match="the device was touched"):
         parse_config([str(CONFIGS / "seed.yaml"), "--method", "grpo"])
     for method in METHODS:
-        assert main(["train", "seed", "--method", method, "--check"]) == 0, capsys.readouterr().err
+        assert main(["train", "seed", "--method", method, "--check", "--all"]) == 0, capsys.readouterr().err
         out = capsys.readouterr().out
         resolved = yaml.safe_load(out)
         assert resolved["bf16"] is True and resolved["use_cpu"] is False, method
         assert resolved["max_steps"] == (120 if method == "ppo" else 60), method
         assert f"# {method} hyperparameters (METHODS):" in out and "no accelerator was touched" in out
+
+
+def test_check_puts_passks_keys_first_and_the_trl_defaults_only_with_all(capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+
+    from experiments.cli import main
+    from experiments.config import ExperimentArgs
+
+    assert main(["train", "demo", "--method", "grpo", "--check", "--learning_rate", "1e-4"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == "# passk (ExperimentArgs)"
+    keys = [line.split(":")[0] for line in lines if line and not line.startswith((" ", "#", "-"))]
+    own = [f.name for f in dataclasses.fields(ExperimentArgs)]
+    assert keys[: len(own)] == own  # passk's keys first, in their documented order
+    trainer = keys[len(own) :]
+    assert "learning_rate" in trainer and "max_steps" in trainer and "beta" in trainer  # what was set
+    assert "adam_beta1" not in trainer and "seed" not in trainer  # TRL's defaults: not without --all
+    assert "more GRPOConfig keys at their TRL / transformers defaults (--check --all lists them)" in out
+    assert main(["train", "demo", "--method", "grpo", "--check", "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "# GRPOConfig: TRL / transformers defaults, unchanged" in out
+    resolved = yaml.safe_load(out)
+    assert resolved["adam_beta1"] == 0.9 and resolved["learning_rate"] == 3e-4 and resolved["method"] == "grpo"
 
 
 def test_compare_takes_one_budget_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
