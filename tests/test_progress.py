@@ -174,3 +174,14 @@ def test_the_board_redraws_one_line_on_a_terminal() -> None:
     assert "a step 1/4 | b step 1/8" in shown and "a step 2/4 | b step 1/8" in shown
     assert "a step 2/4\n" in out.getvalue() and "passk compare [1/2] a: done\n" in out.getvalue()
     assert out.getvalue().endswith("b step 1/8")  # the live line: the runs still going
+
+
+def test_the_warm_start_shows_a_progress_line_not_loss_dicts(tiny_model_dir, tmp_path, capfd) -> None:
+    from experiments.warm_start import warm_start
+
+    warm_start(tiny_model_dir, tmp_path / "warm", steps=3, n_examples=64, batch_size=8)
+    out, err = capfd.readouterr()
+    assert "{'loss'" not in out + err and "'train_runtime'" not in out + err
+    lines = [line for line in err.splitlines() if line.startswith("warm start step ")]
+    assert lines[0] == "warm start step 0/3" and lines[-1].startswith("warm start step 3/3 ")
+    assert " done in " in lines[-1]
