@@ -91,13 +91,16 @@ def compare(
         if len(lacking) == len(methods):
             raise ConfigError(f"{key}: none of {', '.join(methods)} has this option")
     runs: list[tuple[str, Path, list[str]]] = []  # (name, run dir, argv)
+    steps: dict[str, int] = {}
     for run_seed in seed_list:
         for method in methods:
             name = f"{method}-seed{run_seed}" if len(seed_list) > 1 else method
             seed_args = ["--seed", run_seed] if run_seed is not None else []
             argv = [config, "--method", method, *per_method[method], *seed_args, "--output_dir", str(out / name)]
-            check_output_dir(*parse_config(argv))  # fail before any run
+            exp, cfg = parse_config(argv)
+            check_output_dir(exp, cfg)  # fail before any run
             runs.append((name, out / name, argv))
+            steps[name] = cfg.max_steps
     for key, lacking in not_in.items():
         print(f"passk compare: --{key} goes to {', '.join(m for m in methods if m not in lacking)} only", flush=True)
     out.mkdir(parents=True, exist_ok=True)
@@ -111,7 +114,9 @@ def compare(
             run(*parse_config(argv))
             print(f"{heads[name]}: {_summary(run_dir)} ({time.time() - t0:.0f}s)", flush=True)
     else:
-        _run_processes(runs, heads, out / "logs", jobs=1 if verbose else jobs, verbose=verbose)
+        # Longest first (most optimizer steps: PPO), so that with several jobs no core idles at the end.
+        by_cost = sorted(runs, key=lambda r: -steps[r[0]]) if jobs > 1 and not verbose else runs
+        _run_processes(by_cost, heads, out / "logs", jobs=1 if verbose else jobs, verbose=verbose)
     from experiments.report import write_report
 
     return Path(write_report([run_dir for _, run_dir, _ in runs], out))
