@@ -424,3 +424,21 @@ def test_a_hub_id_without_network_fails_fast_in_one_line_saying_how_to_work_offl
         f"({tmp_path / 'hf' / 'hub'}), or pass a local model folder"
     )
     assert "Traceback" not in proc.stderr
+
+
+def test_the_missing_key_warning_is_dropped_only_for_tied_weights(tiny_model_dir: Path) -> None:
+    import logging
+
+    from transformers import AutoModelForCausalLM
+
+    from experiments.train import TiedWeightsLoaded
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)  # lm_head.weight is the embeddings' tensor
+    tied = TiedWeightsLoaded(model)
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("transformers.trainer", logging.WARNING, __file__, 1, message, None, None)
+
+    assert not tied.filter(record("There were missing keys in the checkpoint model loaded: ['lm_head.weight']."))
+    assert tied.filter(record("There were missing keys in the checkpoint model loaded: ['model.norm.weight']."))
+    assert tied.filter(record("There were unexpected keys in the checkpoint model loaded: ['lm_head.weight']."))
