@@ -95,7 +95,7 @@ def test_python_m_sandbox_scores_humaneval_samples(tmp_path: Path, problems: lis
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    out = [json.loads(line) for line in Path(f"{samples}_results.jsonl").read_text().splitlines()]
+    out = [json.loads(line) for line in Path(f"{samples}_sandbox_results.jsonl").read_text().splitlines()]
     assert [(r["task_id"], r["result"]) for r in out] == [(t, "passed") for t in TASKS] + [
         (t, "failed") for t in TASKS
     ]
