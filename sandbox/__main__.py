@@ -105,7 +105,8 @@ def problem_task(problem: dict[str, Any], completion: str, args: argparse.Namesp
         return str(e)
     if tests is None:
         return "the problem has no test cases"
-    return task_for(completion, tests, compare=args.compare, float_tol=args.float_tol)
+    return task_for(completion, tests, timeout=args.timeout, compare=args.compare, float_tol=args.float_tol,
+                    stop_on_failure=args.stop_on_failure)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
                         "apps, code_contests or verification_info")
     parser.add_argument("--compare", default="lines", choices=COMPARE_MODES, help="stdin/stdout output comparison")
     parser.add_argument("--float-tol", type=float, default=None, help="stdin/stdout: tolerance for numbers")
+    parser.add_argument("--stop-on-failure", action="store_true", help="stdin/stdout: stop a sample at its "
+                        "first failing case (the others are 'skipped'; pass@k is the same, the time less)")
     args = parser.parse_args(argv)
     try:
         return check(args)

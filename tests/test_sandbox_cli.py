@@ -115,3 +115,36 @@ def test_the_pass_at_k_copies_agree():
         for c in range(n + 1):
             for k in range(1, n + 1):
                 assert abs(pass_at_k(n, c, k) - reference(n, c, k)) < 1e-12
+
+
+def test_cli_scores_the_offline_stdio_test_set(tmp_path):
+    """All three formats of tests/data in one problems file: each solution gets the status it was written for."""
+    data = ROOT / "tests" / "data"
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("".join((data / f"stdio_{fmt}.jsonl").read_text()
+                                for fmt in ("apps", "code_contests", "verification_info")))
+    out = tmp_path / "results.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "sandbox", str(data / "stdio_solutions.jsonl"), "--problems",
+                           str(problems), "--out", str(out), "--n-workers", "2", "--timeout", "0.5", "--k", "1,4",
+                           "--stop-on-failure"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 96 and [r["result"] for r in rows] == [r["status"] for r in rows]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"pass@1": 0.25, "pass@4": 1.0}
+
+
+def test_cli_message_names_the_error_that_happened(tmp_path):
+    """A TypeError in the tests is reported as a TypeError with its line, not as a failed assertion."""
+    problems, samples = tmp_path / "problems.jsonl", tmp_path / "samples.jsonl"
+    problems.write_text(json.dumps({
+        "task_id": "t/0", "prompt": "def add(x, y):\n", "entry_point": "add",
+        "test": "def check(candidate):\n    assert candidate(1, 1) == 3\n    assert abs(candidate(2, 2) - 4.0) < 1e-6\n",
+    }) + "\n")
+    samples.write_text(json.dumps({"task_id": "t/0", "completion": "    return None\n"}) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "sandbox", str(samples), "--problems", str(problems), "--k", "1",
+                           "--n-workers", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = [json.loads(line) for line in Path(str(samples) + "_sandbox_results.jsonl").read_text().splitlines()]
+    assert row["result"] == "runtime_error"
+    assert row["message"] == ("TypeError: unsupported operand type(s) for -: 'NoneType' and 'float' (tests line 3); "
+                              "1/2 assert units raised, 1 failed")
