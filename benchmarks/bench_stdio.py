@@ -89,8 +89,13 @@ def main() -> None:
 
     def one_case(job: tuple[str, tuple[str, str]]) -> bool:
         file, (given, want) = job
-        proc = subprocess.run([sys.executable, file], input=given.encode(), capture_output=True,
-                              timeout=args.timeout, cwd=tmp.name)
+        proc = subprocess.run(
+            [sys.executable, file],
+            input=given.encode(),
+            capture_output=True,
+            timeout=args.timeout,
+            cwd=tmp.name,
+        )
         return proc.returncode == 0 and compare_output(proc.stdout, want.encode()) is None
 
     def baseline() -> None:
@@ -104,9 +109,11 @@ def main() -> None:
         assert all(r.passed for r in results), [r for r in results if not r.passed][:2]
 
     sandbox = Sandbox(n_workers=args.n_workers, timeout=args.timeout).start()
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {len(problems)} problems, {n_cases} "
-          f"cases per run; sandbox layers off: "
-          + (", ".join(k for k, v in sandbox.layers.items() if not v) or "none"))
+    print(
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {len(problems)} problems, {n_cases} "
+        f"cases per run; sandbox layers off: "
+        + (", ".join(k for k, v in sandbox.layers.items() if not v) or "none")
+    )
     ours()  # warm-up: the workers' first fork of each kind
     rates: dict[str, list[float]] = {"subprocess": [], "sandbox": []}
     busy: list[float] = []
@@ -115,21 +122,32 @@ def main() -> None:
             seconds, share = busy_share(fn)
             rates[name].append(n_cases / seconds)
             busy.append(share)
-            print(f"repeat {rep + 1}  {name:10s} {n_cases / seconds:8.1f} cases/s  ({seconds:.2f} s; CPUs busy "
-                  f"{share:.0%})")
+            print(
+                f"repeat {rep + 1}  {name:10s} {n_cases / seconds:8.1f} cases/s  ({seconds:.2f} s; CPUs busy "
+                f"{share:.0%})"
+            )
     sandbox.close()
     tmp.cleanup()
 
     med = {name: statistics.median(r) for name, r in rates.items()}
     ratio = med["sandbox"] / med["subprocess"]
-    print(f"median: subprocess.run {med['subprocess']:.1f} cases/s, sandbox {med['sandbox']:.1f} cases/s: "
-          f"{ratio:.2f}x (target >= 5x)")
+    print(
+        f"median: subprocess.run {med['subprocess']:.1f} cases/s, sandbox {med['sandbox']:.1f} cases/s: "
+        f"{ratio:.2f}x (target >= 5x)"
+    )
     if args.out:
-        record = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(), "n_workers": args.n_workers,
-                  "problems": len(problems), "cases_per_run": n_cases, "repeats": args.repeats,
-                  "cpus_busy_median": round(statistics.median(busy), 2),
-                  "rates": {k: [round(x, 1) for x in v] for k, v in rates.items()},
-                  "median": {k: round(v, 1) for k, v in med.items()}, "ratio": round(ratio, 2)}
+        record = {
+            "date": time.strftime("%Y-%m-%d %H:%M"),
+            "cpus": os.cpu_count(),
+            "n_workers": args.n_workers,
+            "problems": len(problems),
+            "cases_per_run": n_cases,
+            "repeats": args.repeats,
+            "cpus_busy_median": round(statistics.median(busy), 2),
+            "rates": {k: [round(x, 1) for x in v] for k, v in rates.items()},
+            "median": {k: round(v, 1) for k, v in med.items()},
+            "ratio": round(ratio, 2),
+        }
         Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
         print(f"wrote {args.out}")
 

@@ -94,7 +94,9 @@ def test_completion_style_and_async_give_the_same_rewards(sb, solutions):
 
 def test_call_based_rows_take_the_function_path(sb, solutions):
     rows = [row for row in load("stdio_apps.jsonl") if "fn_name" in json.loads(row["input_output"])]
-    rows += [row for row in load("stdio_verification_info.jsonl") if "function_call" in row["verification_info"]]
+    rows += [
+        row for row in load("stdio_verification_info.jsonl") if "function_call" in row["verification_info"]
+    ]
     assert len(rows) == 3
     completions = [chat(solutions[problem_id(row)][kind]) for row in rows for kind in ("correct", "wrong")]
     batch = [row for row in rows for _ in range(2)]
@@ -104,12 +106,21 @@ def test_call_based_rows_take_the_function_path(sb, solutions):
 
 
 def test_none_only_for_rows_without_cases(sb):
-    rows = [{"input_output": json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]})}, {"input_output": None},
-            {"input_output": ""}]
+    rows = [
+        {"input_output": json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]})},
+        {"input_output": None},
+        {"input_output": ""},
+    ]
     code = "print(sum(map(int, input().split())))\n"
-    assert make_stdio_test_reward(sandbox=sb).score(completions=[chat(code)] * 3, **columns(rows)) == [1.0, None, None]
+    assert make_stdio_test_reward(sandbox=sb).score(completions=[chat(code)] * 3, **columns(rows)) == [
+        1.0,
+        None,
+        None,
+    ]
     # Garbage is a number, not None.
-    assert make_stdio_test_reward(sandbox=sb).score(completions=["no code here"], **columns(rows[:1])) == [0.0]
+    assert make_stdio_test_reward(sandbox=sb).score(completions=["no code here"], **columns(rows[:1])) == [
+        0.0
+    ]
 
 
 def test_a_dataset_in_no_format_is_one_line_naming_its_columns():
@@ -124,8 +135,10 @@ def test_a_dataset_in_no_format_is_one_line_naming_its_columns():
 
 
 def test_the_format_and_splits_can_be_named(sb):
-    row = {"public_tests": {"input": ["1\n"], "output": ["1\n"]},
-           "private_tests": {"input": ["2\n"], "output": ["4\n"]}}
+    row = {
+        "public_tests": {"input": ["1\n"], "output": ["1\n"]},
+        "private_tests": {"input": ["2\n"], "output": ["4\n"]},
+    }
     echo = chat("print(input())\n")
     assert make_stdio_test_reward(sandbox=sb).score(completions=[echo], **columns([row])) == [0.0]
     public_only = make_stdio_test_reward(sandbox=sb, format="code_contests", splits=["public_tests"])
@@ -141,7 +154,9 @@ def test_comparison_options_reach_the_sandbox(sb):
     spaced = chat("print(*input().split(), sep='\\n')\n")
     row = {"input_output": json.dumps({"inputs": ["1 2\n"], "outputs": ["1 2\n"]})}
     assert make_stdio_test_reward(sandbox=sb).score(completions=[spaced], **columns([row])) == [0.0]
-    assert make_stdio_test_reward(sandbox=sb, compare="tokens").score(completions=[spaced], **columns([row])) == [1.0]
+    assert make_stdio_test_reward(sandbox=sb, compare="tokens").score(
+        completions=[spaced], **columns([row])
+    ) == [1.0]
 
 
 def test_hacking_signals_and_case_verdicts_reach_log_metric(sb):
