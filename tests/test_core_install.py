@@ -151,6 +151,15 @@ def test_rewards_score_canonical_broken_and_prose_completions(problems: list[dic
     assert logged["unit_test/extract_no_code_frac"] == pytest.approx(1 / 7)
 
 
+def test_stdio_rewards_score_an_apps_row() -> None:
+    """The stdin/stdout path in the installed package: the judge imports verdicts.py beside the zygote."""
+    row = {"input_output": json.dumps({"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]})}
+    programs = ["print(sum(map(int, input().split())))\n", "print(3)\n", "raise SystemExit(1)\n"]
+    batch = {"completions": programs, "input_output": [row["input_output"]] * 3}
+    assert rewards.stdio_test_reward.score(**batch) == [1.0, 0.0, 0.0]
+    assert asyncio.run(rewards.stdio_partial_reward(**batch)) == [1.0, 0.5, 0.0]
+
+
 # ---- `passk` without the extra ---------------------------------------------------------------------------------
 
 

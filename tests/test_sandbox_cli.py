@@ -118,14 +118,12 @@ def test_the_pass_at_k_copies_agree():
 
 
 def test_cli_scores_the_offline_stdio_test_set(tmp_path):
-    """All three formats of tests/data in one problems file: each solution gets the status it was written for."""
+    """All three formats of tests/data, one problems file each: each solution gets the status it was written for."""
     data = ROOT / "tests" / "data"
-    problems = tmp_path / "problems.jsonl"
-    problems.write_text("".join((data / f"stdio_{fmt}.jsonl").read_text()
-                                for fmt in ("apps", "code_contests", "verification_info")))
+    problems = [str(data / f"stdio_{fmt}.jsonl") for fmt in ("apps", "code_contests", "verification_info")]
     out = tmp_path / "results.jsonl"
     proc = subprocess.run([sys.executable, "-m", "sandbox", str(data / "stdio_solutions.jsonl"), "--problems",
-                           str(problems), "--out", str(out), "--n-workers", "2", "--timeout", "0.5", "--k", "1,4",
+                           *problems, "--out", str(out), "--n-workers", "2", "--timeout", "0.5", "--k", "1,4",
                            "--stop-on-failure"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
