@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sandbox.verdicts import CASE_VERDICTS, FORGED_FLAGS, STATUSES
+from sandbox import CASE_VERDICTS, FORGED_FLAGS, STATUSES  # the sandbox's one list of each
 
 from .extraction import EXTRACT_FAILURE_REASONS, Extraction
 

@@ -36,6 +36,8 @@ The frames, task keys, result keys and flags are written down in docs/contracts.
 Every limit below says what it protects, codejail-style.
 """
 
+from __future__ import annotations  # annotations stay strings: no cost at the zygote's start
+
 import _socket  # not socket/shutil: each forked child pays for every page the spawner holds
 import builtins
 import collections
@@ -115,11 +117,11 @@ libc = ctypes.CDLL(None, use_errno=True)
 _prctl = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, *[ctypes.c_ulong] * 4, use_errno=True)(("prctl", libc))
 
 
-def prctl(option, a2=0, a3=0, a4=0, a5=0):
+def prctl(option: int, a2: int = 0, a3: int = 0, a4: int = 0, a5: int = 0) -> int:
     return _prctl(option, a2, a3, a4, a5)
 
 
-def _check(ret, what):
+def _check(ret: int, what: str) -> int:
     if ret != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
@@ -130,7 +132,7 @@ def mount(src, target, fstype, flags, data=None):
                       data and data.encode()), f"mount {target}")
 
 
-def unshare(flags):
+def unshare(flags: int) -> None:
     _check(libc.unshare(flags), "unshare")
 
 
@@ -140,12 +142,12 @@ _dumps = json.JSONEncoder(separators=(",", ":")).encode  # ensure_ascii: lone su
 _loads = json.JSONDecoder().decode
 
 
-def encode_frame(obj):
+def encode_frame(obj: object) -> bytes:
     data = _dumps(obj).encode()
     return struct.pack(">I", len(data)) + data
 
 
-def write_all(fd, data):
+def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
@@ -155,10 +157,10 @@ class FrameReader:
     """Frames from a pipe, read in chunks: one read() per frame when it is small, and frames that arrived
     together (a task and the calls sent with it) need no read at all."""
 
-    def __init__(self, fd, limit=MAX_FRAME):
+    def __init__(self, fd: int, limit: int = MAX_FRAME):
         self.fd, self.limit, self.buf = fd, limit, bytearray()
 
-    def next(self):
+    def next(self) -> object | None:
         """The next frame, decoded; None at EOF."""
         need = 4
         while True:
@@ -189,7 +191,7 @@ class Unencodable(Exception):
 SEQ_TAGS = {list: "l", tuple: "t", set: "s", frozenset: "f"}
 
 
-def encode_value(x, depth=0, budget=None):
+def encode_value(x: object, depth: int = 0, budget: list[int] | None = None) -> object:
     budget = budget if budget is not None else [MAX_ITEMS]
     budget[0] -= 1
     if depth > MAX_DEPTH or budget[0] < 0:
@@ -218,7 +220,7 @@ def encode_value(x, depth=0, budget=None):
     raise Unencodable(f"{t.__module__}.{t.__qualname__}" if isinstance(t, type) else "object")
 
 
-def encode_reply(obj):
+def encode_reply(obj: list) -> bytes:
     """A candidate's frame: no JSON object anywhere, and no raw '{' (it can only stand inside a string)."""
     data = _dumps(obj).replace("{", "\\u007b").encode()
     return struct.pack(">I", len(data)) + data
@@ -300,7 +302,7 @@ class Decoder:
         self.clock()
 
 
-def decode_value(x, deadline=None):
+def decode_value(x: object, deadline: float | None = None) -> object:
     return Decoder(deadline).value(x)
 
 
@@ -708,12 +710,12 @@ def _flush():
             pass
 
 
-def _reply(obj):
+def _reply(obj: list) -> None:
     _flush()
     write_all(4, encode_reply(obj))
 
 
-def _report(kind, exc):
+def _report(kind: str, exc: BaseException) -> None:
     import traceback  # only on this path: importing it costs every fork
 
     traceback.print_exception(exc)
@@ -740,7 +742,8 @@ def set_task_limits(memory_mb: int, timeout: float) -> None:
     action; the judge reports ``timeout``), the hard limit 1 s later SIGKILL, for a program that catches
     SIGXCPU. The judge's wall-clock kill normally comes first; the CPU limit bounds a judge that stalls."""
     mem, cpu = memory_mb << 20, math.ceil(timeout) + CPU_SLACK
-    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))  # MemoryError, not the host's memory (soft = hard)
+    # Soft: SIGXCPU (kills; reported as timeout). Hard, 1 s later: SIGKILL, for a program that catches SIGXCPU.
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
 
 
@@ -1040,7 +1043,7 @@ def spawner_main(sock, uids: tuple, layers: dict, pid_ns: int) -> None:
 
 
 class Spawner:
-    def __init__(self, uids, layers, load_seccomp, extra_paths):
+    def __init__(self, uids: tuple, layers: dict, load_seccomp, extra_paths: tuple | list):
         self.sock, child = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         status_r, status_w = os.pipe()
         if layers["pid_namespace"]:
@@ -1107,7 +1110,7 @@ class Spawner:
             raise SystemExit("passk zygote: the spawner died")
         return int(data), fds
 
-    def reap(self, pid, wait=True):
+    def reap(self, pid: int, wait: bool = True) -> int | None:
         try:
             self.sock.send(b"w %d" % pid if wait else b"d %d" % pid)
             data = self.sock.recv(64) if wait else b"-1"
@@ -1132,7 +1135,7 @@ def make_shared_scratch(uids):
 class Abort(BaseException):
     """Ends the tests at once; never swallowed by the per-assert units."""
 
-    def __init__(self, reason, message=""):
+    def __init__(self, reason: str, message: str = ""):
         super().__init__(reason, message)
         self.reason, self.message = reason, message
 
@@ -1161,7 +1164,7 @@ class OwnerLink:
         os.set_blocking(OWNER_IN, False)
         self.buf, self.tasks, self.eof = bytearray(), [], False
 
-    def pump(self):
+    def pump(self) -> bool:
         """Read what is there; returns False on EOF."""
         while True:
             try:
@@ -1182,7 +1185,7 @@ class OwnerLink:
             del self.buf[: 4 + n]
         return not self.eof
 
-    def next_task(self):
+    def next_task(self) -> dict | None:
         while not self.tasks:
             if self.eof:
                 return None
@@ -1198,7 +1201,7 @@ class Run:
     """One candidate process (or stdin/stdout case server) as seen from the judge: its pipes, its deadline,
     its captured output."""
 
-    def __init__(self, spawner: "Spawner", deadline: float, cap: int, server: bool = False):
+    def __init__(self, spawner: Spawner, deadline: float, cap: int, server: bool = False):
         self.deadline, self.cap, self.own_pid_ns = deadline, cap, spawner.pid_namespace
         self.out, self.err, self.buf = bytearray(), bytearray(), bytearray()
         self.pid, fds = spawner.take(server)
@@ -1247,7 +1250,7 @@ class Run:
             raise Abort("protocol_violation", "malformed reply")
         return obj
 
-    def send(self, *objs):
+    def send(self, *objs: object) -> None:
         """Queue requests; they are written while waiting for replies (the pipe may be full)."""
         self.pending = memoryview(b"".join(encode_frame(obj) for obj in objs))
         self._write()
@@ -1267,7 +1270,7 @@ class Run:
             except KeyError:
                 pass
 
-    def receive(self):
+    def receive(self) -> list:
         """Wait for one reply frame within the deadline, draining stdout/stderr meanwhile."""
         while True:
             frame = self._frame()
@@ -1287,11 +1290,11 @@ class Run:
                 else:
                     self._read(fd)
 
-    def request(self, obj):
+    def request(self, obj: object) -> list:
         self.send(obj)
         return self.receive()
 
-    def wait_exit(self):
+    def wait_exit(self) -> None:
         """Exec mode: after the nonce, wait (within the deadline) for the process to end."""
         while self.rep_r in self.open:
             remaining = self.deadline - time.monotonic()
@@ -1301,7 +1304,7 @@ class Run:
             for fd in ready:
                 self._read(fd)
 
-    def finish(self, spawner, wait=True):
+    def finish(self, spawner: Spawner, wait: bool = True) -> int | None:
         """Drain what is already written, SIGKILL the candidate (PID 1 of its namespace: everything it started
         dies with it) and have it reaped. With ``wait``, return its wait status; without, the spawner reaps
         it while the result travels."""
@@ -1333,7 +1336,7 @@ class Run:
 class RemoteFunction:
     """Stands in the tests' namespace for a function of the candidate; only plain data crosses."""
 
-    def __init__(self, name, run, verdict):
+    def __init__(self, name: str, run: Run, verdict: Verdict):
         self.__name__ = self.name = name
         self.run, self.verdict = run, verdict
 
@@ -1381,7 +1384,7 @@ class RemoteNames(dict):
     """The tests' builtins: a name that neither the trusted code nor the tests define resolves to the
     candidate's function of that name, as in prompt + completion + test."""
 
-    def __init__(self, run, verdict):
+    def __init__(self, run: Run, verdict: Verdict):
         super().__init__(vars(builtins))
         self.run, self.verdict = run, verdict
 
@@ -1580,7 +1583,7 @@ def trusted_failure(e):
     return Abort("sandbox_error", f"the trusted code (the prompt) does not run: {type(e).__name__}: {e}{hint}")
 
 
-def judge_rpc(run, task, verdict):
+def judge_rpc(run: Run, task: dict, verdict: Verdict) -> tuple[str, str]:
     entry = task["entry_point"]
     try:
         code, total, has_check, plan = prepare_tests(task["tests"])
@@ -1626,7 +1629,7 @@ def judge_rpc(run, task, verdict):
     return units.summary()
 
 
-def load_failure(reply, verdict):
+def load_failure(reply: list, verdict: Verdict) -> tuple[str, str]:
     if len(reply) != 4 or reply[0] != "load" or not all(type(v) is str for v in reply):
         raise Abort("protocol_violation", "unexpected reply")
     _, kind, name, msg = reply
@@ -1642,7 +1645,7 @@ def load_failure(reply, verdict):
     return ("failed" if name == "AssertionError" else "runtime_error"), f"{name}: {msg}"
 
 
-def judge_exec(run, task, verdict):
+def judge_exec(run: Run, task: dict, verdict: Verdict) -> tuple[str, str]:
     nonce = os.urandom(16).hex()
     reply = run.request({"mode": "exec", "program": task["program"], "tests": task["tests"],
                          "entry_point": task["entry_point"], "nonce": nonce, "timeout": task["timeout"],
@@ -1821,7 +1824,7 @@ def case_verdict(ended: str, status: int, out: bytearray, err: bytearray, want: 
     return "runtime_error", how
 
 
-def describe_exit(status):
+def describe_exit(status: int | None) -> str:
     if status is None:
         return "not reaped"
     if os.WIFSIGNALED(status):
@@ -1835,7 +1838,7 @@ def describe_exit(status):
 JUDGES = {"rpc": judge_rpc, "exec": judge_exec, "stdio": judge_stdio}
 
 
-def run_task(task: dict, spawner: "Spawner") -> dict:
+def run_task(task: dict, spawner: Spawner) -> dict:
     t0 = time.monotonic()
     verdict = Verdict()
     stdio = task["mode"] == "stdio"
@@ -1893,7 +1896,7 @@ def run_task(task: dict, spawner: "Spawner") -> dict:
 
 
 # ---- start-up: isolation of the judge, the probe, the loop ------------------------------------------------
-def isolate(cfg):
+def isolate(cfg: dict) -> dict:
     """Enter a private network namespace (and, without root, the user namespace it needs). Returns the
     layers the spawner may then try."""
     off = set(cfg.get("disable", ()))
@@ -2012,7 +2015,7 @@ def warm_up():
     _flush()
 
 
-def main(config):
+def main(config: str) -> None:
     global OWNER
     cfg = json.loads(config)
     off = set(cfg.get("disable", ()))
@@ -2088,7 +2091,7 @@ def main(config):
             shutil.rmtree(layers["scratch"], ignore_errors=True)
 
 
-def run(config):
+def run(config: str) -> None:
     try:
         main(config)
     except (BrokenPipeError, KeyboardInterrupt):

@@ -198,6 +198,8 @@ _loads = json.JSONDecoder().decode
 
 
 def _frame(obj: Any) -> bytes:
+    """A frame to a judge: length + JSON. Frames, task keys and result keys: docs/contracts.md, "The sandbox
+    protocol" (the judge's side is _zygote.py)."""
     data = _dumps(obj).encode()
     return struct.pack(">I", len(data)) + data
 
