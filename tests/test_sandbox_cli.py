@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -146,3 +148,20 @@ def test_cli_message_names_the_error_that_happened(tmp_path):
     assert row["result"] == "runtime_error"
     assert row["message"] == ("TypeError: unsupported operand type(s) for -: 'NoneType' and 'float' (tests line 3); "
                               "1/2 assert units raised, 1 failed")
+
+
+@pytest.mark.parametrize("flags,line", [
+    (["--timeout", "-1"], "--timeout -1: expected seconds > 0"),
+    (["--n-workers", "0"], "--n-workers 0: expected a count >= 1"),
+    (["--float-tol", "-1"], "--float-tol -1: expected a tolerance >= 0"),
+    (["--format", "leetcode"], "--format leetcode: expected one of apps, code_contests, verification_info"),
+    (["--k", "0"], "--k '0': expected positive integers"),
+])
+def test_cli_refuses_bad_settings_in_one_line(tmp_path, flags, line):
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps({"task_id": "HumanEval/0", "completion": "    return True\n"}) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "sandbox", str(samples), *flags], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"python -m sandbox: {line}"), proc.stderr
+    assert not Path(str(samples) + "_sandbox_results.jsonl").exists()
