@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sandbox.formats import CODE_CONTESTS_SPLITS, FORMATS, detect_format, read_tests, task_for
+from sandbox.formats import CODE_CONTESTS_SPLITS, FORMATS, detect_format, format_name, read_tests, task_for
 
 from .extraction import Extraction, completion_text, extract_code, has_implemented_function
 from .metrics import FORGED_EXIT_FLAGS, batch_metrics, emit, status_name
@@ -406,6 +406,8 @@ class StdioTestReward(CodeReward):
         **config: Any,
     ) -> None:
         super().__init__(name, **config)
+        if format is not None:
+            format_name(format)  # an unknown name fails here, not at the first batch
         self.total_timeout = total_timeout
         self.format = format
         self.splits = tuple(splits)
@@ -426,8 +428,13 @@ class StdioTestReward(CodeReward):
     def _columns(self, code_prompt: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
         """The format columns the dataset has (TRL passes every column as a keyword), and code_prompt."""
         present = {name: kwargs[name] for name in STDIO_COLUMNS if kwargs.get(name) is not None}
-        if not present and self.format is None:
-            columns = [k for k, v in kwargs.items() if v is not None and k not in TRL_KEYWORDS]
+        columns = [k for k, v in kwargs.items() if v is not None and k not in TRL_KEYWORDS]
+        if self.format is not None:  # named: its own columns must be there (else every row would be None)
+            needs = FORMATS[format_name(self.format)]
+            if not any(c in present for c in needs):
+                raise ValueError(f"{self.__name__}: format {self.format!r} reads {' / '.join(needs)}, which this "
+                                 f"dataset lacks (it has: {', '.join(columns) or 'nothing'})")
+        elif not present:
             try:
                 detect_format(columns)
             except ValueError as e:

