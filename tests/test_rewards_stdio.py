@@ -130,8 +130,11 @@ def test_a_dataset_in_no_format_is_one_line_naming_its_columns():
     assert "\n" not in message and "question, solutions" in message and "input_output" in message
     with pytest.raises(ValueError, match="row 0: input_output is not valid JSON"):
         stdio_test_reward.score(completions=["print(1)"], input_output=["{oops"])
-    with pytest.raises(ValueError, match=r"format 'code_contests' reads public_tests / private_tests / generated_tests, "
-                       r"which this dataset lacks \(it has: input_output\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"format 'code_contests' reads public_tests / private_tests / generated_tests, "
+        r"which this dataset lacks \(it has: input_output\)",
+    ):
         make_stdio_test_reward(format="code_contests").score(completions=["print(1)"], input_output=["{}"])
     with pytest.raises(ValueError, match="unknown test format"):
         make_stdio_test_reward(format="leetcode").score(completions=["print(1)"], input_output=["{}"])
