@@ -8,12 +8,14 @@ stdin/stdout cases; our own code, so the baseline may run them unsandboxed), eac
 both, alternately:
 
 * the baseline: ``subprocess.run([python, file], input=case)`` per case in a thread pool of ``--n-workers``
-  threads, the output compared by ``sandbox.compare_output`` (an interpreter start per case);
+  threads, the output compared by ``sandbox.compare_output`` (an interpreter start per case), with ``python``
+  this interpreter (its site-packages make a start dear where many packages are installed);
+* the same with ``python -I -S`` (no site-packages, no environment: the cheapest start the harness can have);
 * the sandbox: ``Sandbox.run_batch`` of one stdin/stdout task per problem with every isolation layer on (the
   program compiled once, each case forked from it), pool started before timing.
 
-Prints cases/s of each run, the medians and the ratio of the medians (target: >= 5x on 2 cores), and how busy
-the CPUs were (other tenants slow both sides).
+Prints cases/s of each run, the medians and the sandbox's ratio to each baseline's median (target: >= 5x on 2
+cores against the plain one), and how busy the CPUs were (other tenants slow every side).
 """
 
 from __future__ import annotations
@@ -87,10 +89,10 @@ def main() -> None:
         files.append(str(path))
     jobs = [(file, case) for file, (_, cases) in zip(files, problems) for case in cases]
 
-    def one_case(job: tuple[str, tuple[str, str]]) -> bool:
+    def one_case(job: tuple[str, tuple[str, str]], flags: tuple[str, ...] = ()) -> bool:
         file, (given, want) = job
         proc = subprocess.run(
-            [sys.executable, file],
+            [sys.executable, *flags, file],
             input=given.encode(),
             capture_output=True,
             timeout=args.timeout,
@@ -101,6 +103,10 @@ def main() -> None:
     def baseline() -> None:
         with ThreadPoolExecutor(max_workers=args.n_workers) as pool:
             assert all(pool.map(one_case, jobs))
+
+    def lean_baseline() -> None:
+        with ThreadPoolExecutor(max_workers=args.n_workers) as pool:
+            assert all(pool.map(lambda job: one_case(job, ("-I", "-S")), jobs))
 
     tasks = [{"program": program, "cases": cases, "timeout": args.timeout} for program, cases in problems]
 
@@ -115,15 +121,15 @@ def main() -> None:
         + (", ".join(k for k, v in sandbox.layers.items() if not v) or "none")
     )
     ours()  # warm-up: the workers' first fork of each kind
-    rates: dict[str, list[float]] = {"subprocess": [], "sandbox": []}
+    rates: dict[str, list[float]] = {"subprocess": [], "subprocess -I -S": [], "sandbox": []}
     busy: list[float] = []
     for rep in range(args.repeats):
-        for name, fn in (("subprocess", baseline), ("sandbox", ours)):
+        for name, fn in (("subprocess", baseline), ("subprocess -I -S", lean_baseline), ("sandbox", ours)):
             seconds, share = busy_share(fn)
             rates[name].append(n_cases / seconds)
             busy.append(share)
             print(
-                f"repeat {rep + 1}  {name:10s} {n_cases / seconds:8.1f} cases/s  ({seconds:.2f} s; CPUs busy "
+                f"repeat {rep + 1}  {name:16s} {n_cases / seconds:8.1f} cases/s  ({seconds:.2f} s; CPUs busy "
                 f"{share:.0%})"
             )
     sandbox.close()
@@ -131,9 +137,10 @@ def main() -> None:
 
     med = {name: statistics.median(r) for name, r in rates.items()}
     ratio = med["sandbox"] / med["subprocess"]
+    lean_ratio = med["sandbox"] / med["subprocess -I -S"]
     print(
-        f"median: subprocess.run {med['subprocess']:.1f} cases/s, sandbox {med['sandbox']:.1f} cases/s: "
-        f"{ratio:.2f}x (target >= 5x)"
+        f"median: subprocess.run {med['subprocess']:.1f} cases/s, with -I -S {med['subprocess -I -S']:.1f}, "
+        f"sandbox {med['sandbox']:.1f}: {ratio:.2f}x the plain harness (target >= 5x), {lean_ratio:.2f}x the lean one"
     )
     if args.out:
         record = {
@@ -147,6 +154,7 @@ def main() -> None:
             "rates": {k: [round(x, 1) for x in v] for k, v in rates.items()},
             "median": {k: round(v, 1) for k, v in med.items()},
             "ratio": round(ratio, 2),
+            "ratio_to_lean": round(lean_ratio, 2),
         }
         Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
         print(f"wrote {args.out}")
