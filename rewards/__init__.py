@@ -1,4 +1,4 @@
-"""passk rewards: unit-test reward functions for TRL trainers, importable by any TRL project.
+"""passk rewards: unit-test and stdin/stdout reward functions for TRL trainers, importable by any TRL project.
 
 Put our reward into someone else's ``GRPOTrainer`` (dataset columns: ``prompt``, ``code_prompt`` = the
 HumanEval-style code prompt, ``test``, ``entry_point``)::
@@ -13,8 +13,12 @@ What is here:
 
 * ``unit_test_reward``: 1.0 iff all tests pass. ``partial_test_reward``: the fraction of asserts that pass.
   ``format_reward``: 1.0 when the completion holds one parseable function with the expected name.
-* ``make_unit_test_reward(timeout=, memory_mb=, n_workers=, name=)`` and its siblings: configured copies with a
-  stable ``__name__`` (TRL logs ``rewards/<__name__>/mean``).
+* ``stdio_test_reward``: 1.0 iff the program passes every stdin/stdout case of an APPS/TACO, CodeContests or
+  open-r1/PrimeIntellect row (the dataset's own columns; call-based rows through the function path).
+  ``stdio_partial_reward``: the fraction of cases that pass.
+* ``make_reward(kind, name=None, **config)``, and ``make_unit_test_reward(timeout=, memory_mb=, n_workers=,
+  name=)`` and its siblings (the same factory with the kind filled in): configured copies with a stable
+  ``__name__`` (TRL logs ``rewards/<__name__>/mean``).
 * Every reward is an object with an ``async def __call__`` (TRL overlaps async rewards) and a synchronous
   ``.score(...)`` twin. Both take TRL 1.16's keywords: ``prompts``, ``completions``, ``completion_ids``,
   every dataset column as an aligned list, ``log_metric`` / ``log_extra`` when TRL passes them, ``**kwargs``.
@@ -27,7 +31,8 @@ What is here:
   TRL's ``get_cosine_scaled_reward`` is not re-exported: it grades correctness with ``math_verify`` against
   a ``solution`` column, so it does not apply to code.
 
-This package never imports torch and never imports ``experiments``; the sandbox is imported on first use.
+This package never imports torch and never imports ``experiments``. It imports the ``sandbox`` package (stdlib
+only) for its vocabulary and dataset formats; a sandbox pool starts on first use.
 """
 
 from __future__ import annotations
@@ -36,12 +41,18 @@ import importlib.util
 from typing import Any
 
 from .code_rewards import (
+    REWARDS,
     CodeReward,
     FormatReward,
     PartialTestReward,
+    StdioPartialReward,
+    StdioTestReward,
     UnitTestReward,
     make_format_reward,
     make_partial_test_reward,
+    make_reward,
+    make_stdio_partial_reward,
+    make_stdio_test_reward,
     make_unit_test_reward,
 )
 from .extraction import EXTRACT_FAILURE_REASONS, Extraction, completion_text, extract_code
@@ -50,25 +61,35 @@ from .metrics import FORGED_EXIT_FLAGS, STATUSES
 __all__ = [
     "EXTRACT_FAILURE_REASONS",
     "FORGED_EXIT_FLAGS",
+    "REWARDS",
     "STATUSES",
     "CodeReward",
     "Extraction",
     "FormatReward",
     "PartialTestReward",
+    "StdioPartialReward",
+    "StdioTestReward",
     "UnitTestReward",
     "completion_text",
     "extract_code",
     "format_reward",
     "make_format_reward",
     "make_partial_test_reward",
+    "make_reward",
+    "make_stdio_partial_reward",
+    "make_stdio_test_reward",
     "make_unit_test_reward",
     "partial_test_reward",
+    "stdio_partial_reward",
+    "stdio_test_reward",
     "unit_test_reward",
 ]
 
-unit_test_reward: UnitTestReward = make_unit_test_reward()
-partial_test_reward: PartialTestReward = make_partial_test_reward()
-format_reward: FormatReward = make_format_reward()
+unit_test_reward = make_reward("unit_test")
+partial_test_reward = make_reward("partial_test")
+stdio_test_reward = make_reward("stdio_test")
+stdio_partial_reward = make_reward("stdio_partial")
+format_reward = make_reward("format")
 
 # Re-exported from trl.rewards on first access, so `import rewards` stays light; star-exported only where TRL is
 # installed, so that `from rewards import *` works in the core install too.

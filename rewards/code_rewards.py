@@ -1,4 +1,4 @@
-"""Unit-test reward functions in TRL 1.16's calling convention, scored on the ``sandbox`` pool.
+"""Unit-test and stdin/stdout reward functions in TRL 1.16's calling convention, scored on the ``sandbox`` pool.
 
 TRL calls a reward function as ``f(prompts=..., completions=..., completion_ids=..., **columns)`` where
 ``columns`` holds every dataset column except ``prompt``/``completion``/``completion_ids`` as a list aligned
@@ -11,9 +11,21 @@ concurrently with other async rewards on its event-loop thread) and a stable ``_
 The objects hold only plain configuration, so they pickle; the sandbox pool is looked up per call through
 ``sandbox.get_sandbox(**kwargs)``, which keeps one warm pool per configuration in each process.
 
+Two kinds of tests:
+
+* **Function tests** (HumanEval-style): ``unit_test_reward`` / ``partial_test_reward`` read the columns
+  ``test``, ``entry_point`` and ``code_prompt`` (the code prompt, prepended to a completion that continues it).
+* **Stdin/stdout tests** (APPS/TACO, CodeContests, open-r1/PrimeIntellect): ``stdio_test_reward`` /
+  ``stdio_partial_reward`` read the format's own columns (``sandbox.formats``: ``input_output`` and
+  ``fn_name``; ``public_tests``, ``private_tests``, ``generated_tests``; ``verification_info``), chosen by the
+  columns present or by ``format=``. The completion's code is the whole program (``code_prompt``, if the
+  dataset has that column, is prepended). Call-based rows (``fn_name``) go through the function path: one
+  generated assert per case.
+
 Scoring rules:
 
-* ``None`` only for a row with no tests (``test`` missing or blank); every failing completion gets a number.
+* ``None`` only for a row with no tests (``test`` missing or blank; a stdin/stdout row without cases); every
+  failing completion gets a number. A row in no known format raises ValueError naming the columns it has.
 * Garbage that extraction rejects scores 0.0 and is counted in ``<prefix>/extract_<reason>_frac``.
 * A sandbox error scores 0.0 (counted in ``<prefix>/sandbox_error_frac``), never None: a broken executor
   shows up in the metrics instead of silently shrinking the batch.
@@ -28,20 +40,31 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from sandbox.formats import CODE_CONTESTS_SPLITS, FORMATS, detect_format, format_name, read_tests, task_for
+
 from .extraction import Extraction, completion_text, extract_code, has_implemented_function
 from .metrics import FORGED_EXIT_FLAGS, batch_metrics, emit, status_name
 
 __all__ = [
+    "REWARDS",
     "CodeReward",
     "FormatReward",
     "PartialTestReward",
+    "StdioPartialReward",
+    "StdioTestReward",
     "UnitTestReward",
     "make_format_reward",
     "make_partial_test_reward",
+    "make_reward",
+    "make_stdio_partial_reward",
+    "make_stdio_test_reward",
     "make_unit_test_reward",
 ]
 
 RewardList = list[float | None]
+# Columns of the stdin/stdout formats (and fn_name, APPS's column for call-based rows), read from TRL's kwargs.
+STDIO_COLUMNS = tuple(dict.fromkeys(c for cols in FORMATS.values() for c in cols)) + ("fn_name",)
+TRL_KEYWORDS = frozenset({"trainer_state", "log_metric", "log_extra", "completion_ids"})  # not columns
 
 
 @dataclass
@@ -51,7 +74,7 @@ class _Batch:
     unscorable: list[bool]
     task_rows: list[int]
     tasks: list[dict[str, Any]]
-    entry_points: list[str | None]
+    row_tests: list[Any]
 
 
 def _column(values: Sequence[Any] | None, n: int, name: str) -> list[Any]:
@@ -82,12 +105,34 @@ def _has_test(test: Any) -> bool:
     return isinstance(test, str) and bool(test.strip())
 
 
+def all_passed(result: Any | None) -> float:
+    """1.0 when the sandbox says ``passed``, else 0.0."""
+    return 1.0 if result is not None and status_name(result) == "passed" else 0.0
+
+
+def fraction_passed(result: Any | None) -> float:
+    """The share of assert units (or stdin/stdout cases) that passed; 0.0 outright when the sandbox caught a
+    forged verdict."""
+    if result is None:
+        return 0.0
+    if set(getattr(result, "flags", ()) or ()) & FORGED_EXIT_FLAGS:
+        return 0.0
+    if status_name(result) == "passed":
+        return 1.0
+    total = int(getattr(result, "asserts_total", 0) or 0)
+    passed = int(getattr(result, "asserts_passed", 0) or 0)
+    if total <= 0:
+        return 0.0
+    return min(max(passed / total, 0.0), 1.0)
+
+
 class CodeReward:
-    """Base class: extraction, batching onto the sandbox, metrics. Subclasses set ``kind`` and ``_row_reward``.
+    """Base class: extraction, batching onto the sandbox, metrics. A subclass says what a row's tests are
+    (``_row_tests``), how they run (``_task``) and what a result is worth (``_row_reward``).
 
     Args:
-        name: the ``__name__`` TRL logs the reward under.
-        timeout: wall-clock seconds per program (sandbox ``timeout``).
+        name: the ``__name__`` TRL logs the reward under (default: the class's ``default_name``).
+        timeout: wall-clock seconds per program (sandbox ``timeout``; per case for stdin/stdout tests).
         memory_mb: address-space cap per program (sandbox ``memory_mb``).
         n_workers: sandbox worker processes; None lets the sandbox choose (one per CPU), or, when
             ``LOCAL_WORLD_SIZE`` > 1 (``accelerate launch`` / ``torchrun``), this process's share of the CPUs.
@@ -97,12 +142,13 @@ class CodeReward:
             ``sandbox.get_sandbox(timeout=..., memory_mb=..., n_workers=...)``.
     """
 
-    kind: ClassVar[str] = "code"
+    default_name: ClassVar[str] = "code_reward"
     needs_sandbox: ClassVar[bool] = True
+    counts_cases: ClassVar[bool] = False  # stdin/stdout: per-case verdict shares in the metrics
 
     def __init__(
         self,
-        name: str,
+        name: str | None = None,
         *,
         timeout: float = 3.0,
         memory_mb: int = 1024,
@@ -113,6 +159,7 @@ class CodeReward:
     ) -> None:
         if style not in ("auto", "completion", "chat"):
             raise ValueError(f"style must be 'auto', 'completion' or 'chat', got {style!r}")
+        name = name or self.default_name
         self.__name__ = name
         self.timeout = float(timeout)
         self.memory_mb = int(memory_mb)
@@ -139,55 +186,63 @@ class CodeReward:
     def get_sandbox(self) -> Any:
         if self.sandbox is not None:
             return self.sandbox
-        from sandbox import get_sandbox  # lazy: format_reward and extraction work without the executor
+        from sandbox import get_sandbox  # lazy: format_reward and extraction work without starting a pool
 
         return get_sandbox(**self.sandbox_kwargs())
 
-    def _task(self, program: str, test: str, entry_point: str | None, code_prompt: str | None) -> dict[str, Any]:
+    # ---- what a row is (overridden by the stdin/stdout rewards) --------------------------------------------
+    def _row_tests(self, row: dict[str, Any], i: int) -> Any | None:
+        """The tests of ``row`` (the columns this reward reads), the ``i``-th; None: it cannot be scored."""
+        return (row["test"], row["entry_point"]) if _has_test(row["test"]) else None
+
+    def _code_prompt(self, row: dict[str, Any], prompt: Any) -> str | None:
+        # A text prompt (completion style) is the code prompt when no code_prompt column is given.
+        cp = row["code_prompt"] if row["code_prompt"] is not None else prompt
+        return cp if isinstance(cp, str) else None
+
+    def _entry_point(self, tests: Any) -> str | None:
+        """The function extraction looks for (None: any code block is the whole program)."""
+        return tests[1]
+
+    def _task(self, program: str, tests: Any, code_prompt: str | None) -> dict[str, Any]:
+        test, entry_point = tests
         task = {"program": program, "tests": test, "entry_point": entry_point}
         if code_prompt:  # the tests see the prompt's own helpers (HumanEval's poly), never the completion's
             task["trusted_code"] = code_prompt
         return task
 
+    def _row_reward(self, ex: Extraction, result: Any | None, tests: Any) -> float:
+        raise NotImplementedError
+
     # ---- one batch ---------------------------------------------------------------------------------------
-    def _prepare(
-        self,
-        prompts: Sequence[Any] | None,
-        completions: Sequence[Any],
-        test: Sequence[Any] | None,
-        entry_point: Sequence[Any] | None,
-        code_prompt: Sequence[Any] | None,
-    ) -> _Batch:
+    def _prepare(self, prompts: Sequence[Any] | None, completions: Sequence[Any], columns: dict[str, Any]) -> _Batch:
+        """Extract each completion's program and build the sandbox tasks; ``columns`` are the dataset columns
+        this reward reads (a name whose value is None is not in the dataset)."""
         if completions is None:
             raise ValueError("completions is required")
         completions = list(completions)
         n = len(completions)
         prompts_l = _column(prompts, n, "prompts")
-        tests = _column(test, n, "test")
-        entries = _column(entry_point, n, "entry_point")
-        code_prompts = _column(code_prompt, n, "code_prompt")
+        cols = {name: _column(values, n, name) for name, values in columns.items()}
 
-        batch = _Batch([], [], [], [], [], entries)
+        batch = _Batch([], [], [], [], [], [])
         for i, completion in enumerate(completions):
             text = completion_text(completion)
             batch.texts.append(text if isinstance(text, str) else "")
-            # A text prompt (completion style) is the code prompt when no code_prompt column is given.
-            cp = code_prompts[i] if code_prompts[i] is not None else prompts_l[i]
-            cp = cp if isinstance(cp, str) else None
-            scorable = self._scorable(tests[i], entries[i])
-            batch.unscorable.append(not scorable)
-            if not scorable:
+            row = {name: values[i] for name, values in cols.items()}
+            tests = self._row_tests(row, i)
+            batch.row_tests.append(tests)
+            batch.unscorable.append(tests is None)
+            if tests is None:
                 batch.extractions.append(None)
                 continue
-            ex = extract_code(cp, completion, entries[i], style=self.style)
+            cp = self._code_prompt(row, prompts_l[i])
+            ex = extract_code(cp, completion, self._entry_point(tests), style=self.style)
             batch.extractions.append(ex)
             if ex.ok and self.needs_sandbox:
                 batch.task_rows.append(i)
-                batch.tasks.append(self._task(ex.code, tests[i], entries[i], cp))
+                batch.tasks.append(self._task(ex.code, tests, cp))
         return batch
-
-    def _scorable(self, test: Any, entry_point: Any) -> bool:
-        return _has_test(test)
 
     def _finish(
         self,
@@ -214,7 +269,7 @@ class CodeReward:
                 rewards.append(0.0)
                 labels.append(f"extract_{ex.reason}")
             else:
-                rewards.append(self._row_reward(ex, by_row[i], batch.entry_points[i]))
+                rewards.append(self._row_reward(ex, by_row[i], batch.row_tests[i]))
                 labels.append(status_name(by_row[i]) if by_row[i] is not None else "ok")
 
         self.last_metrics = batch_metrics(
@@ -224,14 +279,30 @@ class CodeReward:
             by_row,
             batch.unscorable,
             with_execution=self.needs_sandbox,
+            with_cases=self.counts_cases,
         )
         emit(self.last_metrics, log_metric)
         if log_extra is not None:
             log_extra(f"{self.metric_prefix}/status", labels)
         return rewards
 
-    def _row_reward(self, ex: Extraction, result: Any | None, entry_point: str | None) -> float:
-        raise NotImplementedError
+    async def _ascore(self, prompts: Sequence[Any] | None, completions: Sequence[Any] | None,
+                      columns: dict[str, Any], log_metric: Callable[[str, float], Any] | None,
+                      log_extra: Callable[[str, list], Any] | None) -> RewardList:
+        batch = self._prepare(prompts, completions, columns)
+        results: list[Any] = []
+        if batch.tasks:
+            results = list(await self.get_sandbox().arun_batch(batch.tasks))
+        return self._finish(batch, results, log_metric, log_extra)
+
+    def _score(self, prompts: Sequence[Any] | None, completions: Sequence[Any] | None, columns: dict[str, Any],
+               log_metric: Callable[[str, float], Any] | None,
+               log_extra: Callable[[str, list], Any] | None) -> RewardList:
+        batch = self._prepare(prompts, completions, columns)
+        results: list[Any] = []
+        if batch.tasks:
+            results = list(self.get_sandbox().run_batch(batch.tasks))
+        return self._finish(batch, results, log_metric, log_extra)
 
     # ---- the two entry points ------------------------------------------------------------------------------
     async def __call__(
@@ -248,11 +319,8 @@ class CodeReward:
         **kwargs: Any,
     ) -> RewardList:
         """Score a batch without blocking the event loop on execution (TRL's async reward path)."""
-        batch = self._prepare(prompts, completions, test, entry_point, code_prompt)
-        results: list[Any] = []
-        if batch.tasks:
-            results = list(await self.get_sandbox().arun_batch(batch.tasks))
-        return self._finish(batch, results, log_metric, log_extra)
+        columns = {"test": test, "entry_point": entry_point, "code_prompt": code_prompt}
+        return await self._ascore(prompts, completions, columns, log_metric, log_extra)
 
     def score(
         self,
@@ -268,20 +336,17 @@ class CodeReward:
         **kwargs: Any,
     ) -> RewardList:
         """The synchronous twin of ``__call__``: same arguments, same rewards (usable inside a running loop)."""
-        batch = self._prepare(prompts, completions, test, entry_point, code_prompt)
-        results: list[Any] = []
-        if batch.tasks:
-            results = list(self.get_sandbox().run_batch(batch.tasks))
-        return self._finish(batch, results, log_metric, log_extra)
+        columns = {"test": test, "entry_point": entry_point, "code_prompt": code_prompt}
+        return self._score(prompts, completions, columns, log_metric, log_extra)
 
 
 class UnitTestReward(CodeReward):
     """1.0 if and only if every test passes (the seed's ``HumanEvalReward``), else 0.0."""
 
-    kind = "unit_test"
+    default_name = "unit_test_reward"
 
-    def _row_reward(self, ex: Extraction, result: Any | None, entry_point: str | None) -> float:
-        return 1.0 if result is not None and status_name(result) == "passed" else 0.0
+    def _row_reward(self, ex: Extraction, result: Any | None, tests: Any) -> float:
+        return all_passed(result)
 
 
 class PartialTestReward(CodeReward):
@@ -291,20 +356,10 @@ class PartialTestReward(CodeReward):
     open-r1's ``zip()`` line compare). A row on which the sandbox caught a forged verdict earns 0.0 outright.
     """
 
-    kind = "partial_test"
+    default_name = "partial_test_reward"
 
-    def _row_reward(self, ex: Extraction, result: Any | None, entry_point: str | None) -> float:
-        if result is None:
-            return 0.0
-        if set(getattr(result, "flags", ()) or ()) & FORGED_EXIT_FLAGS:
-            return 0.0
-        if status_name(result) == "passed":
-            return 1.0
-        total = int(getattr(result, "asserts_total", 0) or 0)
-        passed = int(getattr(result, "asserts_passed", 0) or 0)
-        if total <= 0:
-            return 0.0
-        return min(max(passed / total, 0.0), 1.0)
+    def _row_reward(self, ex: Extraction, result: Any | None, tests: Any) -> float:
+        return fraction_passed(result)
 
 
 class FormatReward(CodeReward):
@@ -313,56 +368,175 @@ class FormatReward(CodeReward):
     Runs nothing, so it needs no sandbox; rows without an ``entry_point`` are unscorable (None).
     """
 
-    kind = "format"
+    default_name = "format_reward"
     needs_sandbox = False
 
-    def _scorable(self, test: Any, entry_point: Any) -> bool:
-        return isinstance(entry_point, str) and bool(entry_point)
+    def _row_tests(self, row: dict[str, Any], i: int) -> Any | None:
+        entry_point = row["entry_point"]
+        return (None, entry_point) if isinstance(entry_point, str) and entry_point else None
 
-    def _row_reward(self, ex: Extraction, result: Any | None, entry_point: str | None) -> float:
-        return 1.0 if has_implemented_function(ex, entry_point) else 0.0
-
-
-def make_unit_test_reward(
-    timeout: float = 3.0,
-    memory_mb: int = 1024,
-    n_workers: int | None = None,
-    name: str | None = None,
-    *,
-    style: str = "auto",
-    sandbox: Any | None = None,
-) -> UnitTestReward:
-    """A configured all-tests-pass reward; ``name`` (default ``"unit_test_reward"``) is its ``__name__``."""
-    return UnitTestReward(
-        name or "unit_test_reward",
-        timeout=timeout,
-        memory_mb=memory_mb,
-        n_workers=n_workers,
-        style=style,
-        sandbox=sandbox,
-    )
+    def _row_reward(self, ex: Extraction, result: Any | None, tests: Any) -> float:
+        return 1.0 if has_implemented_function(ex, tests[1]) else 0.0
 
 
-def make_partial_test_reward(
-    timeout: float = 3.0,
-    memory_mb: int = 1024,
-    n_workers: int | None = None,
-    name: str | None = None,
-    *,
-    style: str = "auto",
-    sandbox: Any | None = None,
-) -> PartialTestReward:
-    """A configured fraction-of-asserts reward; ``name`` defaults to ``"partial_test_reward"``."""
-    return PartialTestReward(
-        name or "partial_test_reward",
-        timeout=timeout,
-        memory_mb=memory_mb,
-        n_workers=n_workers,
-        style=style,
-        sandbox=sandbox,
-    )
+class StdioTestReward(CodeReward):
+    """1.0 if and only if the program passes every stdin/stdout case (or every call, for call-based rows).
+
+    Reads the tests from the dataset's own columns (``sandbox.formats``). Extra args, besides the base
+    class's: ``total_timeout`` (seconds for all cases of one completion; ``timeout`` is per case),
+    ``format`` (``"apps"``, ``"code_contests"``, ``"verification_info"``; default: from the columns
+    present), ``splits`` (CodeContests test columns to use), ``compare`` (``"lines"`` or ``"tokens"``) and
+    ``float_tol`` (see ``sandbox.verdicts``). The cases run in a random order and stop at the first failure
+    (the verdict is the same, the time is less).
+    """
+
+    default_name = "stdio_test_reward"
+    counts_cases = True
+    stop_on_failure: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        total_timeout: float | None = 20.0,
+        format: str | None = None,
+        splits: Sequence[str] = CODE_CONTESTS_SPLITS,
+        compare: str = "lines",
+        float_tol: float | None = None,
+        **config: Any,
+    ) -> None:
+        super().__init__(name, **config)
+        if format is not None:
+            format_name(format)  # an unknown name fails here, not at the first batch
+        self.total_timeout = total_timeout
+        self.format = format
+        self.splits = tuple(splits)
+        self.compare = compare
+        self.float_tol = float_tol
+
+    def _row_tests(self, row: dict[str, Any], i: int) -> Any | None:
+        tests = {name: value for name, value in row.items() if name != "code_prompt"}
+        try:
+            return read_tests(tests, self.format, splits=self.splits)
+        except ValueError as e:
+            raise ValueError(f"{self.__name__}, row {i}: {e}") from None
+
+    def _code_prompt(self, row: dict[str, Any], prompt: Any) -> str | None:
+        cp = row["code_prompt"]  # never the text prompt: a problem statement is not code
+        return cp if isinstance(cp, str) else None
+
+    def _columns(self, code_prompt: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The format columns the dataset has (TRL passes every column as a keyword), and code_prompt."""
+        present = {name: kwargs[name] for name in STDIO_COLUMNS if kwargs.get(name) is not None}
+        columns = [k for k, v in kwargs.items() if v is not None and k not in TRL_KEYWORDS]
+        if self.format is not None:  # named: its own columns must be there (else every row would be None)
+            needs = FORMATS[format_name(self.format)]
+            if not any(c in present for c in needs):
+                raise ValueError(f"{self.__name__}: format {self.format!r} reads {' / '.join(needs)}, which this "
+                                 f"dataset lacks (it has: {', '.join(columns) or 'nothing'})")
+        elif not present:
+            try:
+                detect_format(columns)
+            except ValueError as e:
+                raise ValueError(f"{self.__name__}: {e}".replace("in this row", "in this dataset")) from None
+        return present | {"code_prompt": code_prompt}
+
+    async def __call__(
+        self,
+        prompts: Sequence[Any] | None = None,
+        completions: Sequence[Any] | None = None,
+        completion_ids: Sequence[Sequence[int]] | None = None,
+        *,
+        code_prompt: Sequence[str | None] | None = None,
+        log_metric: Callable[[str, float], Any] | None = None,
+        log_extra: Callable[[str, list], Any] | None = None,
+        **kwargs: Any,
+    ) -> RewardList:
+        """Score a batch without blocking the event loop on execution (TRL's async reward path); the test
+        columns come in ``kwargs``, as TRL passes every dataset column."""
+        return await self._ascore(prompts, completions, self._columns(code_prompt, kwargs), log_metric, log_extra)
+
+    def score(
+        self,
+        prompts: Sequence[Any] | None = None,
+        completions: Sequence[Any] | None = None,
+        completion_ids: Sequence[Sequence[int]] | None = None,
+        *,
+        code_prompt: Sequence[str | None] | None = None,
+        log_metric: Callable[[str, float], Any] | None = None,
+        log_extra: Callable[[str, list], Any] | None = None,
+        **kwargs: Any,
+    ) -> RewardList:
+        """The synchronous twin of ``__call__``."""
+        return self._score(prompts, completions, self._columns(code_prompt, kwargs), log_metric, log_extra)
+
+    def _entry_point(self, tests: Any) -> str | None:
+        return None  # whole programs (a call-based row's function may be a method of class Solution)
+
+    def _task(self, program: str, tests: Any, code_prompt: str | None) -> dict[str, Any]:
+        return task_for(program, tests, timeout=self.timeout, total_timeout=self.total_timeout,
+                        stop_on_failure=self.stop_on_failure, compare=self.compare, float_tol=self.float_tol)
+
+    def _row_reward(self, ex: Extraction, result: Any | None, tests: Any) -> float:
+        return all_passed(result)
 
 
-def make_format_reward(name: str | None = None, *, style: str = "auto") -> FormatReward:
-    """A configured format reward; ``name`` defaults to ``"format_reward"``."""
-    return FormatReward(name or "format_reward", style=style)
+class StdioPartialReward(StdioTestReward):
+    """The fraction of stdin/stdout cases (or calls) that pass; 0.0 outright when the sandbox caught a forged
+    verdict. Every case runs (no stop at the first failure)."""
+
+    default_name = "stdio_partial_reward"
+    stop_on_failure = False
+
+    def _row_reward(self, ex: Extraction, result: Any | None, tests: Any) -> float:
+        return fraction_passed(result)
+
+
+REWARDS: dict[str, type[CodeReward]] = {
+    "unit_test": UnitTestReward,
+    "partial_test": PartialTestReward,
+    "stdio_test": StdioTestReward,
+    "stdio_partial": StdioPartialReward,
+    "format": FormatReward,
+}
+
+
+def make_reward(kind: str, name: str | None = None, **config: Any) -> CodeReward:
+    """A configured reward of ``kind`` (a key of ``REWARDS``), whose ``__name__`` is ``name`` (default
+    ``<kind>_reward``); ``config`` are the class's keyword arguments (``timeout``, ``memory_mb``,
+    ``n_workers``, ``style``, ``sandbox``; the stdin/stdout rewards also take ``total_timeout``, ``format``,
+    ``splits``, ``compare``, ``float_tol``)."""
+    if kind not in REWARDS:
+        raise ValueError(f"unknown reward kind {kind!r}; use one of {', '.join(REWARDS)}")
+    return REWARDS[kind](name, **config)
+
+
+# The named factories are make_reward with the kind filled in (and the sandbox settings positional, as before).
+def make_unit_test_reward(timeout: float = 3.0, memory_mb: int = 1024, n_workers: int | None = None,
+                          name: str | None = None, **config: Any) -> CodeReward:
+    """``make_reward("unit_test", ...)``: 1.0 iff all tests pass."""
+    return make_reward("unit_test", name, timeout=timeout, memory_mb=memory_mb, n_workers=n_workers, **config)
+
+
+def make_partial_test_reward(timeout: float = 3.0, memory_mb: int = 1024, n_workers: int | None = None,
+                             name: str | None = None, **config: Any) -> CodeReward:
+    """``make_reward("partial_test", ...)``: the fraction of asserts that pass."""
+    return make_reward("partial_test", name, timeout=timeout, memory_mb=memory_mb, n_workers=n_workers, **config)
+
+
+def make_stdio_test_reward(timeout: float = 3.0, memory_mb: int = 1024, n_workers: int | None = None,
+                           name: str | None = None, **config: Any) -> CodeReward:
+    """``make_reward("stdio_test", ...)``: 1.0 iff every stdin/stdout case passes (``timeout`` per case)."""
+    return make_reward("stdio_test", name, timeout=timeout, memory_mb=memory_mb, n_workers=n_workers, **config)
+
+
+def make_stdio_partial_reward(timeout: float = 3.0, memory_mb: int = 1024, n_workers: int | None = None,
+                              name: str | None = None, **config: Any) -> CodeReward:
+    """``make_reward("stdio_partial", ...)``: the fraction of stdin/stdout cases that pass."""
+    return make_reward("stdio_partial", name, timeout=timeout, memory_mb=memory_mb, n_workers=n_workers,
+                       **config)
+
+
+def make_format_reward(name: str | None = None, *, style: str = "auto") -> CodeReward:
+    """``make_reward("format", ...)``: 1.0 when the completion holds the expected function."""
+    return make_reward("format", name, style=style)

@@ -5,9 +5,13 @@ report line up across steps and runs. Fractions are over all completions in the 
 
 ``<prefix>/<status>_frac``          one per sandbox status (passed, failed, timeout, memory_exceeded, syntax_error,
                                     runtime_error, output_limit, sandbox_error, invalid_input)
-``<prefix>/forged_exit_frac``       sandbox caught a forged verdict (flags such as ``early_exit``,
-                                    ``unencodable_value``, ``protocol_violation``)
+``<prefix>/forged_exit_frac``       sandbox caught a forged verdict (any of ``sandbox.FLAGS``: ``early_exit``,
+                                    ``unencodable_value``, ``protocol_violation``, ``forged_verdict``,
+                                    ``crash_after_output``)
 ``<prefix>/flagged_frac``           any sandbox flag at all
+``<prefix>/case_<verdict>_frac``    stdin/stdout rewards only: the share of the batch's cases with each verdict
+                                    (passed, wrong_answer, timeout, runtime_error, memory_exceeded,
+                                    output_limit, skipped), over the cases of the rows that ran
 ``<prefix>/extract_<reason>_frac``  one per extraction failure reason, plus ``extract_cut_frac`` (trailing
                                     top-level code dropped)
 ``<prefix>/no_test_frac``           rows that could not be scored (reward None)
@@ -19,27 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from sandbox import CASE_VERDICTS, FORGED_FLAGS, STATUSES  # the sandbox's one list of each
+
 from .extraction import EXTRACT_FAILURE_REASONS, Extraction
 
 __all__ = ["FORGED_EXIT_FLAGS", "STATUSES", "batch_metrics", "emit"]
 
-# The sandbox contract's Status values, as strings, so that this module needs no sandbox import.
-STATUSES: tuple[str, ...] = (
-    "passed",
-    "failed",
-    "timeout",
-    "memory_exceeded",
-    "syntax_error",
-    "runtime_error",
-    "output_limit",
-    "sandbox_error",
-    "invalid_input",
-)
-
-# Flags that mean "the candidate tried to fake a verdict and was caught".
-FORGED_EXIT_FLAGS: frozenset[str] = frozenset(
-    {"early_exit", "unencodable_value", "protocol_violation", "missing_nonce", "nonce_missing", "forged_verdict"}
-)
+# The sandbox's own lists (one home: sandbox/verdicts.py); FORGED_EXIT_FLAGS: "tried to fake a verdict, caught".
+FORGED_EXIT_FLAGS: frozenset[str] = FORGED_FLAGS
 
 
 def status_name(result: Any) -> str:
@@ -55,6 +46,7 @@ def batch_metrics(
     unscorable: Sequence[bool],
     *,
     with_execution: bool = True,
+    with_cases: bool = False,
 ) -> dict[str, float]:
     """Compute the metric dict for one batch; ``results[i]`` is None for rows that were not executed."""
     n = max(len(texts), 1)
@@ -66,6 +58,10 @@ def batch_metrics(
         flags = [set(getattr(r, "flags", ()) or ()) for r in results if r is not None]
         out[f"{prefix}/forged_exit_frac"] = sum(bool(f & FORGED_EXIT_FLAGS) for f in flags) / n
         out[f"{prefix}/flagged_frac"] = sum(bool(f) for f in flags) / n
+    if with_cases:
+        cases = [c for r in results if r is not None for c in (getattr(r, "cases", ()) or ())]
+        for verdict in CASE_VERDICTS:
+            out[f"{prefix}/case_{verdict}_frac"] = cases.count(verdict) / max(len(cases), 1)
     reasons = [e.reason for e in extractions if e is not None]
     for reason in EXTRACT_FAILURE_REASONS:
         out[f"{prefix}/extract_{reason}_frac"] = reasons.count(reason) / n

@@ -3,6 +3,7 @@
     from sandbox import Sandbox
     with Sandbox(timeout=3.0) as sb:
         result = sb.run(prompt + completion, tests, entry_point, trusted_code=prompt)   # Result(status=...)
+        result = sb.run_stdio(program, [(input_text, expected_output), ...])          # stdin/stdout cases
 
 Design. One small zygote (``python -I -S``, stdlib only, never torch/CUDA) per worker slot, started with
 fork+exec and pinned to one CPU. It enters a private network namespace once; the tests (the "judge") run there.
@@ -28,6 +29,15 @@ Against a program that wants to harm the host or fake a pass (a model that learn
   ``poly``, /38's ``encode_cyclic``, /50's ``encode_shift``) is the prompt's own, so a completion that rebinds,
   redefines or wraps it changes only its copy. The entry point, and names the trusted code does not define, are
   the candidate's. Trusted code that cannot run in the judge (an import it lacks) is a ``sandbox_error``.
+* **Stdin/stdout tasks** (``run_stdio``). The verdict of each case is decided in the judge, from the case
+  process's exit status and by comparing its stdout with the expected output (``verdicts.compare_output``);
+  the expected outputs never leave the judge, and nothing a case prints can be read as a verdict. Each case
+  runs in a fresh process forked from the one that compiled the program (a process that never held an input
+  or an output), with every layer below: its own PID, mount and IPC namespaces and /tmp (no file, process or
+  IPC object of one case reaches the next), its uid, seccomp and rlimits, stdin a pipe holding only its
+  input. The cases run one at a time, in an order drawn from os.urandom, so that recognising which case runs
+  is worth nothing. A non-zero exit or a signal is a runtime error whatever was printed (``crash_after_output``
+  when the output was right), and a prefix of the expected output is a wrong answer.
 * **Forged or hostile replies.** A candidate's frames are JSON without objects; a ``{`` is a protocol
   violation, so the judge's parser never builds a dict from them. Decoding is bounded in bytes (16 MiB), items
   (1M), depth (100) and hash work, and watches the task's deadline: sets and dicts are built only after
@@ -70,8 +80,8 @@ What is not defended
 * **A kernel exploit, or a seccomp/namespace escape.** The candidates share the host kernel; the seccomp
   filter is a denylist. For a hostile model (not just a reward-hacking one), run the whole worker fleet inside
   gVisor, a microVM (Firecracker, E2B) or nsjail/bubblewrap; the per-task cost stays the fork.
-* **Exec mode** (``mode="exec"``, for whole programs and stdin/stdout tasks, or tests that cannot cross a
-  process boundary) runs program and tests in one interpreter. Its verdict is a per-task nonce written only
+* **Exec mode** (``mode="exec"``, for tests that cannot cross a process boundary) runs program and tests in
+  one interpreter. Its verdict is a per-task nonce written only
   after the tests return, which stops exit-status tricks and fake prints, and the tests see the trusted code's
   namespace, not the program's globals; but in-process tricks (``__eq__``, patched builtins, ``sys.settrace``,
   stack walks that find the nonce) can beat it. Prefer rpc mode.
@@ -81,8 +91,25 @@ What is not defended
   ``mode="exec"``).
 * CPU time is shared with the host (no cgroup); the files of the candidate's root are the host's (read-only);
   side channels (timing, the page cache) are out of scope.
+* Stdin/stdout: a program cannot start threads (RLIMIT_NPROC = 0 counts them), so the competitive-programming
+  idiom of a big-stack thread for deep recursion is a runtime error. The process that forks the cases keeps
+  the privileges their set-up needs and compiles the candidate's source (compile() runs none of it).
 """
 
 from .executor import Result, Sandbox, Status, arun_batch, get_sandbox, run, run_batch
+from .verdicts import CASE_VERDICTS, FLAGS, FORGED_FLAGS, STATUSES, compare_output
 
-__all__ = ["Result", "Sandbox", "Status", "arun_batch", "get_sandbox", "run", "run_batch"]
+__all__ = [
+    "CASE_VERDICTS",
+    "FLAGS",
+    "FORGED_FLAGS",
+    "STATUSES",
+    "Result",
+    "Sandbox",
+    "Status",
+    "arun_batch",
+    "compare_output",
+    "get_sandbox",
+    "run",
+    "run_batch",
+]

@@ -26,9 +26,17 @@ Processes of one slot:
   uid; it reads the task, lowers RLIMIT_AS/RLIMIT_CPU to the task's, runs the untrusted program and serves
   calls (rpc mode), or runs trusted code + program + tests and writes the per-task nonce at the end (exec
   mode).
+* **case server** (stdin/stdout tasks): forked by the spawner on request, one per task. It compiles the
+  program once and, for each case the judge asks for, forks a case process set up exactly as a candidate
+  (its own namespaces, /tmp, rlimits, uid), whose stdin, stdout and stderr are pipes to the judge. The judge
+  streams the input, reads the output and decides the verdict; the server never sees either, and runs no
+  program code.
 
+The frames, task keys, result keys and flags are written down in docs/contracts.md ("The sandbox protocol").
 Every limit below says what it protects, codejail-style.
 """
+
+from __future__ import annotations  # annotations stay strings: no cost at the zygote's start
 
 import _socket  # not socket/shutil: each forked child pays for every page the spawner holds
 import builtins
@@ -45,6 +53,11 @@ import stat
 import struct
 import sys
 import time
+
+try:  # started as the zygote: this file's directory is on sys.path and the package is never imported
+    import verdicts
+except ImportError:  # imported as sandbox._zygote (tests)
+    from . import verdicts
 
 # Imported once here so that candidates fork with them loaded: an import in a forked candidate costs 2 ms
 # even for bisect (the import machinery's first use copies many pages), 5-20 ms for bigger modules. But
@@ -72,6 +85,22 @@ FILE_SIZE = 16 << 20  # RLIMIT_FSIZE: no file, pipe aside, grows past this (writ
 OPEN_FILES = 64  # RLIMIT_NOFILE: pipes, sockets, memfds; with FILE_SIZE it bounds memfd memory to 1 GiB
 CPU_SLACK = 1  # RLIMIT_CPU = ceil(timeout) + 1 s: the wall-clock kill comes first; this bounds a stalled judge
 ALARM_SLACK = 1.0  # the judge's own backstop (SIGALRM) for trusted code that never returns
+CASE_CHUNK = 1 << 16  # bytes of a stdin/stdout case's input written per wake-up (one pipe buffer)
+CASE_SHOWN = 4096  # bytes of a failing case's stdout and stderr kept in the result
+
+# The rlimits every candidate (and every stdin/stdout case) gets before its uid changes, each with what it
+# protects. RLIMIT_AS and RLIMIT_CPU come with the task (``set_task_limits``).
+CANDIDATE_RLIMITS = (
+    (resource.RLIMIT_FSIZE, FILE_SIZE),  # no huge file in /tmp or elsewhere (the scratch tmpfs is RAM)
+    (resource.RLIMIT_NOFILE, OPEN_FILES),  # no fd exhaustion; with FILE_SIZE, bounds what memfds can hold
+    (resource.RLIMIT_CORE, 0),  # no core file: it would write the candidate's memory somewhere
+    (resource.RLIMIT_NPROC, 0),  # no new process or thread (fork bombs, daemons); root is exempt: uid drop
+    (resource.RLIMIT_MEMLOCK, 0),  # no locked pages, which the kernel could not reclaim or swap
+    (resource.RLIMIT_MSGQUEUE, 0),  # no POSIX message queue memory (seccomp refuses mq_open as well)
+)
+# The stdin/stdout case server runs no program code (it compiles it and forks the cases): it keeps the
+# privileges and the process limit the case set-up needs, and takes the rest.
+SERVER_RLIMITS = tuple((lim, value) for lim, value in CANDIDATE_RLIMITS if lim != resource.RLIMIT_NPROC)
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = (
     0x00020000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
@@ -88,11 +117,11 @@ libc = ctypes.CDLL(None, use_errno=True)
 _prctl = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, *[ctypes.c_ulong] * 4, use_errno=True)(("prctl", libc))
 
 
-def prctl(option, a2=0, a3=0, a4=0, a5=0):
+def prctl(option: int, a2: int = 0, a3: int = 0, a4: int = 0, a5: int = 0) -> int:
     return _prctl(option, a2, a3, a4, a5)
 
 
-def _check(ret, what):
+def _check(ret: int, what: str) -> int:
     if ret != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
@@ -103,7 +132,7 @@ def mount(src, target, fstype, flags, data=None):
                       data and data.encode()), f"mount {target}")
 
 
-def unshare(flags):
+def unshare(flags: int) -> None:
     _check(libc.unshare(flags), "unshare")
 
 
@@ -113,12 +142,12 @@ _dumps = json.JSONEncoder(separators=(",", ":")).encode  # ensure_ascii: lone su
 _loads = json.JSONDecoder().decode
 
 
-def encode_frame(obj):
+def encode_frame(obj: object) -> bytes:
     data = _dumps(obj).encode()
     return struct.pack(">I", len(data)) + data
 
 
-def write_all(fd, data):
+def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
@@ -128,10 +157,10 @@ class FrameReader:
     """Frames from a pipe, read in chunks: one read() per frame when it is small, and frames that arrived
     together (a task and the calls sent with it) need no read at all."""
 
-    def __init__(self, fd, limit=MAX_FRAME):
+    def __init__(self, fd: int, limit: int = MAX_FRAME):
         self.fd, self.limit, self.buf = fd, limit, bytearray()
 
-    def next(self):
+    def next(self) -> object | None:
         """The next frame, decoded; None at EOF."""
         need = 4
         while True:
@@ -162,7 +191,7 @@ class Unencodable(Exception):
 SEQ_TAGS = {list: "l", tuple: "t", set: "s", frozenset: "f"}
 
 
-def encode_value(x, depth=0, budget=None):
+def encode_value(x: object, depth: int = 0, budget: list[int] | None = None) -> object:
     budget = budget if budget is not None else [MAX_ITEMS]
     budget[0] -= 1
     if depth > MAX_DEPTH or budget[0] < 0:
@@ -191,7 +220,7 @@ def encode_value(x, depth=0, budget=None):
     raise Unencodable(f"{t.__module__}.{t.__qualname__}" if isinstance(t, type) else "object")
 
 
-def encode_reply(obj):
+def encode_reply(obj: list) -> bytes:
     """A candidate's frame: no JSON object anywhere, and no raw '{' (it can only stand inside a string)."""
     data = _dumps(obj).replace("{", "\\u007b").encode()
     return struct.pack(">I", len(data)) + data
@@ -273,7 +302,7 @@ class Decoder:
         self.clock()
 
 
-def decode_value(x, deadline=None):
+def decode_value(x: object, deadline: float | None = None) -> object:
     return Decoder(deadline).value(x)
 
 
@@ -641,7 +670,7 @@ def drop_capabilities():
     _check(libc.capset(ctypes.byref(CapHeader(0x20080522, 0)), data), "capset")
 
 
-def candidate_setup(fds, uid, layers, scratch_opts):
+def candidate_setup(fds: tuple[int, ...], uid: int | None, layers: dict, scratch_opts: str) -> None:
     """Everything that does not depend on the task, done before the task arrives (pre-forked). Kept to few
     Python operations: every page a forked child writes is a copy-on-write fault."""
     set_name(b"passk-candidate")
@@ -655,13 +684,13 @@ def candidate_setup(fds, uid, layers, scratch_opts):
             except OSError:
                 pass
     os.setsid()
-    for target, fd in enumerate(fds):  # 0 stdin=/dev/null, 1 stdout, 2 stderr, 3 requests, 4 replies
-        os.dup2(fd, target)  # the sources are >= RESERVED_FDS, so nothing is overwritten
-    os.closerange(5, MAX_FD)
+    # rpc/exec: 0 stdin=/dev/null, 1 stdout, 2 stderr, 3 requests, 4 replies; a stdin/stdout case: 0 its
+    # input, 1 stdout, 2 stderr and nothing else (not the case server's link to the judge).
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)  # the sources are above every target (>= RESERVED_FDS, or the case server's pipes)
+    os.closerange(len(fds), MAX_FD)
     os.chdir(layers["scratch"])  # tempfile finds it too: it is /tmp
-    for lim, value in ((resource.RLIMIT_FSIZE, FILE_SIZE), (resource.RLIMIT_NOFILE, OPEN_FILES),
-                       (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NPROC, 0), (resource.RLIMIT_MEMLOCK, 0),
-                       (resource.RLIMIT_MSGQUEUE, 0)):
+    for lim, value in CANDIDATE_RLIMITS:
         resource.setrlimit(lim, (value, value))
     if uid is not None:
         os.setgroups([])
@@ -681,12 +710,12 @@ def _flush():
             pass
 
 
-def _reply(obj):
+def _reply(obj: list) -> None:
     _flush()
     write_all(4, encode_reply(obj))
 
 
-def _report(kind, exc):
+def _report(kind: str, exc: BaseException) -> None:
     import traceback  # only on this path: importing it costs every fork
 
     traceback.print_exception(exc)
@@ -705,15 +734,26 @@ class CandidateNames(dict):
         return self.program_globals[name]
 
 
-def serve():
+def set_task_limits(memory_mb: int, timeout: float) -> None:
+    """The task's own limits (lowering only: allowed after the uid drop).
+
+    RLIMIT_AS: address space, so that a memory bomb gets MemoryError instead of the host's memory (the scratch
+    tmpfs is outside it: SCRATCH_MB). RLIMIT_CPU: the soft limit sends SIGXCPU, which kills (its default
+    action; the judge reports ``timeout``), the hard limit 1 s later SIGKILL, for a program that catches
+    SIGXCPU. The judge's wall-clock kill normally comes first; the CPU limit bounds a judge that stalls."""
+    mem, cpu = memory_mb << 20, math.ceil(timeout) + CPU_SLACK
+    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))  # MemoryError, not the host's memory (soft = hard)
+    # Soft: SIGXCPU (kills; reported as timeout). Hard, 1 s later: SIGKILL, for a program that catches SIGXCPU.
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+
+
+def serve() -> None:
     """Run in the candidate: take the task, then (rpc) answer calls or (exec) run the tests."""
     requests = FrameReader(3)
     msg = requests.next()
     if msg is None:
         os._exit(0)
-    mem, cpu = msg.pop("memory_mb") << 20, math.ceil(msg.pop("timeout")) + CPU_SLACK
-    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))  # lowering only: allowed after the uid drop
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    set_task_limits(msg.pop("memory_mb"), msg.pop("timeout"))
     exec_mode = msg["mode"] == "exec"
     trusted = msg.pop("trusted", None) if exec_mode else None
     g = {"__name__": "__main__" if exec_mode else "__candidate__", "__builtins__": builtins}
@@ -787,12 +827,112 @@ def serve():
         write_all(4, out)
 
 
+# ---- stdin/stdout: the case server (a child of the spawner) and its cases --------------------------------
+def case_server(fds: tuple[int, ...], uid: int | None, layers: dict, scratch_opts: str) -> None:
+    """The process of one stdin/stdout task: compiles the program once, then forks one case process per
+    request of the judge. Each case is set up as a candidate (``candidate_setup``: its own PID, mount and IPC
+    namespaces and /tmp, the root's view, the rlimits, its own uid, seccomp inherited) with that case's pipes
+    as stdin, stdout and stderr, which go to the judge: this process never sees an input or an output, and
+    runs no program code (compile() executes none). It keeps the privileges the case set-up needs, as the
+    spawner it was forked from does, and is not bound by RLIMIT_NPROC = 0 (its cases are)."""
+    set_name(b"passk-cases")
+    os.setsid()
+    for target, fd in enumerate(fds):  # 0 /dev/null, 1 stdout, 2 stderr, 3 requests, 4 replies, 5 case control
+        os.dup2(fd, target)
+    os.closerange(len(fds), MAX_FD)
+    for lim, value in SERVER_RLIMITS:
+        resource.setrlimit(lim, (value, value))
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    prctl(PR_SET_DUMPABLE, 0)
+    # Its own PID namespace (it is PID 1 there), to return to after each case's unshare(CLONE_NEWPID).
+    pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY) if layers["pid_namespace"] else -1
+    msg = FrameReader(3).next()
+    if msg is None:
+        os._exit(0)
+    case_timeout = msg["timeout"]
+    set_task_limits(msg["memory_mb"], max(msg["total_timeout"], case_timeout))  # its own: compile and forks
+    try:
+        code = compile(msg.pop("program"), "<candidate>", "exec")
+    except (SyntaxError, ValueError, RecursionError) as e:
+        _reply(["load", "syntax_error", type(e).__name__, str(e)[:500]])
+        os._exit(0)
+    except MemoryError:
+        _reply(["load", "error", "MemoryError", "while compiling the program"])
+        os._exit(0)
+    del msg
+    write_all(4, OK_FRAME)
+    control = _socket.socket(fileno=5)  # SOCK_SEQPACKET: b"c" in; b"<pid>" + fds out, then b"<wait status>"
+    while True:
+        try:
+            request = control.recv(16)
+        except OSError:
+            request = b""
+        if not request:
+            os._exit(0)
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        if pid_ns >= 0:
+            unshare(CLONE_NEWPID)  # the case is PID 1 of a namespace of its own
+        pid = os.fork()
+        if pid == 0:
+            try:
+                candidate_setup((in_r, out_w, err_w), uid, layers, scratch_opts)
+                cpu = math.ceil(case_timeout) + CPU_SLACK  # lowering only (set_task_limits' comment)
+                resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+                run_program(code)
+            finally:
+                os._exit(70)
+        if pid_ns >= 0:
+            _check(libc.setns(pid_ns, CLONE_NEWPID), "setns")
+        for fd in (in_r, out_w, err_w):
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        handed = (in_w, out_r, err_r, pidfd)
+        control.sendmsg([b"%d" % pid], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("4i", *handed))])
+        for fd in handed:
+            os.close(fd)
+        control.send(b"%d" % os.waitpid(pid, 0)[1])
+
+
+def run_program(code) -> None:
+    """A stdin/stdout case: run the program as ``python program.py < input`` would, and exit with its status
+    (SystemExit's code, 1 after an uncaught exception, 120 when its output cannot be flushed)."""
+    status = 0
+    try:
+        exec(code, {"__name__": "__main__", "__builtins__": builtins})
+    except SystemExit as e:
+        if e.code is None or type(e.code) is int or type(e.code) is bool:
+            status = int(e.code or 0) & 0xFF
+        else:
+            print(e.code, file=sys.stderr)
+            status = 1
+    except BaseException as e:
+        import traceback  # only on this path: importing it costs every fork
+
+        traceback.print_exception(e)
+        status = 1
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+    except BaseException:
+        status = status or 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            status = status or 120
+    os._exit(status)
+
+
 # ---- spawner -------------------------------------------------------------------------------------------
-def spawner_main(sock, uids, layers, pid_ns):
-    """Keep one candidate forked and set up ahead of time; hand it out on b"t", reap it on b"w PID" (answering
-    with its wait status) or b"d PID" (no answer). Reaping never blocks the next hand-out: an exited child is
-    reaped when its pidfd turns readable. The loop is lean on purpose: every page it writes while a child
-    lives is a copy-on-write fault."""
+def spawner_main(sock, uids: tuple, layers: dict, pid_ns: int) -> None:
+    """Keep one candidate forked and set up ahead of time; hand it out on b"t", fork a stdin/stdout case
+    server on b"s" (made on demand: it is one fork per task, its cases are many), reap either on b"w PID"
+    (answering with its wait status) or b"d PID" (no answer). Reaping never blocks the next hand-out: an
+    exited child is reaped when its pidfd turns readable. The loop is lean on purpose: every page it writes
+    while a child lives is a copy-on-write fault."""
     devnull = os.open("/dev/null", os.O_RDWR)
     for fd in range(3, RESERVED_FDS):  # new pipes then land above the candidate's fds 0-4
         try:
@@ -806,12 +946,13 @@ def spawner_main(sock, uids, layers, pid_ns):
     poller = select.poll()
     poller.register(sock.fileno(), select.POLLIN)
 
-    def prepare(k):
+    def prepare(k, server=False):
         # Two uids alternate, so the running candidate cannot touch the next one (not even its /proc).
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        control = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET) if server else None
         if pid_ns >= 0:
             # The next child is PID 1 of a new namespace; setns() below makes the one after it possible.
             # Measured: no dearer than a plain fork; an intermediate fork would cost a whole fork and exit.
@@ -819,8 +960,12 @@ def spawner_main(sock, uids, layers, pid_ns):
         pid = os.fork()
         if pid == 0:
             try:
-                candidate_setup((devnull, out_w, err_w, req_r, rep_w), uids[k & 1], layers, scratch_opts[k & 1])
-                serve()
+                fds = (devnull, out_w, err_w, req_r, rep_w)
+                if server:
+                    case_server((*fds, control[1].fileno()), uids[k & 1], layers, scratch_opts[k & 1])
+                else:
+                    candidate_setup(fds, uids[k & 1], layers, scratch_opts[k & 1])
+                    serve()
             except BaseException:
                 import traceback
 
@@ -833,7 +978,17 @@ def spawner_main(sock, uids, layers, pid_ns):
             os.close(fd)
         pidfd = os.pidfd_open(pid)
         children[pid] = pidfd
-        return pid, [req_w, rep_r, out_r, err_r, pidfd]
+        handed = [req_w, rep_r, out_r, err_r, pidfd]
+        if control is not None:
+            control[1].close()
+            handed.append(control[0].detach())
+        return pid, handed
+
+    def hand_out(pid, fds):
+        sock.sendmsg([b"%d" % pid], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
+        for fd_ in fds:
+            if fd_ != fds[4]:  # the pidfd stays until the child is reaped
+                os.close(fd_)
 
     def reap(pid):
         pidfd = children.pop(pid)
@@ -870,12 +1025,11 @@ def spawner_main(sock, uids, layers, pid_ns):
                         os.close(fd_)
                     k += 1
                     ready = prepare(k)
-                pid, fds = ready
-                sock.sendmsg([b"%d" % pid], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack("5i", *fds))])
-                for fd_ in fds[:4]:
-                    os.close(fd_)
+                hand_out(*ready)
                 k += 1
                 ready = prepare(k)  # while the judge works with the one just handed out
+            elif data == b"s":
+                hand_out(*prepare(k + 1, server=True))  # the uid the ready candidate does not have
             elif data[:2] in (b"w ", b"d "):
                 pid = int(data[2:])
                 if pid not in children:
@@ -889,7 +1043,7 @@ def spawner_main(sock, uids, layers, pid_ns):
 
 
 class Spawner:
-    def __init__(self, uids, layers, load_seccomp, extra_paths):
+    def __init__(self, uids: tuple, layers: dict, load_seccomp, extra_paths: tuple | list):
         self.sock, child = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         status_r, status_w = os.pipe()
         if layers["pid_namespace"]:
@@ -942,18 +1096,21 @@ class Spawner:
         layers.update(self.report["layers"])
         self.pid_namespace = layers["pid_namespace"]
 
-    def take(self):
+    def take(self, server: bool = False) -> tuple[int, list[int]]:
+        """A candidate (its pid; fds: requests, replies, stdout, stderr, pidfd), or with ``server`` a new
+        stdin/stdout case server (the same, and its case control socket)."""
+        want = 6 if server else 5
         try:
-            self.sock.send(b"t")
-            data, anc, _, _ = self.sock.recvmsg(64, _socket.CMSG_SPACE(20))
-            fds = list(struct.unpack("5i", anc[0][2])) if anc and len(anc[0][2]) == 20 else []
+            self.sock.send(b"s" if server else b"t")
+            data, anc, _, _ = self.sock.recvmsg(64, _socket.CMSG_SPACE(4 * want))
+            fds = list(struct.unpack(f"{want}i", anc[0][2])) if anc and len(anc[0][2]) == 4 * want else []
         except OSError:
             data, fds = b"", []
-        if not data or len(fds) != 5:
+        if not data or len(fds) != want:
             raise SystemExit("passk zygote: the spawner died")
         return int(data), fds
 
-    def reap(self, pid, wait=True):
+    def reap(self, pid: int, wait: bool = True) -> int | None:
         try:
             self.sock.send(b"w %d" % pid if wait else b"d %d" % pid)
             data = self.sock.recv(64) if wait else b"-1"
@@ -978,7 +1135,7 @@ def make_shared_scratch(uids):
 class Abort(BaseException):
     """Ends the tests at once; never swallowed by the per-assert units."""
 
-    def __init__(self, reason, message=""):
+    def __init__(self, reason: str, message: str = ""):
         super().__init__(reason, message)
         self.reason, self.message = reason, message
 
@@ -1007,7 +1164,7 @@ class OwnerLink:
         os.set_blocking(OWNER_IN, False)
         self.buf, self.tasks, self.eof = bytearray(), [], False
 
-    def pump(self):
+    def pump(self) -> bool:
         """Read what is there; returns False on EOF."""
         while True:
             try:
@@ -1028,7 +1185,7 @@ class OwnerLink:
             del self.buf[: 4 + n]
         return not self.eof
 
-    def next_task(self):
+    def next_task(self) -> dict | None:
         while not self.tasks:
             if self.eof:
                 return None
@@ -1041,13 +1198,15 @@ OWNER = None  # the OwnerLink, once main() runs
 
 
 class Run:
-    """One candidate process as seen from the judge: its pipes, its deadline, its captured output."""
+    """One candidate process (or stdin/stdout case server) as seen from the judge: its pipes, its deadline,
+    its captured output."""
 
-    def __init__(self, spawner, deadline, cap):
+    def __init__(self, spawner: Spawner, deadline: float, cap: int, server: bool = False):
         self.deadline, self.cap, self.own_pid_ns = deadline, cap, spawner.pid_namespace
         self.out, self.err, self.buf = bytearray(), bytearray(), bytearray()
-        self.pid, fds = spawner.take()
-        self.req_w, self.rep_r, self.out_r, self.err_r, self.pidfd = fds
+        self.pid, fds = spawner.take(server)
+        self.req_w, self.rep_r, self.out_r, self.err_r, self.pidfd = fds[:5]
+        self.control = _socket.socket(fileno=fds[5]) if server else None
         os.set_blocking(self.req_w, False)
         self.open = {self.rep_r, self.out_r, self.err_r}
         self.pending = b""
@@ -1091,7 +1250,7 @@ class Run:
             raise Abort("protocol_violation", "malformed reply")
         return obj
 
-    def send(self, *objs):
+    def send(self, *objs: object) -> None:
         """Queue requests; they are written while waiting for replies (the pipe may be full)."""
         self.pending = memoryview(b"".join(encode_frame(obj) for obj in objs))
         self._write()
@@ -1111,7 +1270,7 @@ class Run:
             except KeyError:
                 pass
 
-    def receive(self):
+    def receive(self) -> list:
         """Wait for one reply frame within the deadline, draining stdout/stderr meanwhile."""
         while True:
             frame = self._frame()
@@ -1131,11 +1290,11 @@ class Run:
                 else:
                     self._read(fd)
 
-    def request(self, obj):
+    def request(self, obj: object) -> list:
         self.send(obj)
         return self.receive()
 
-    def wait_exit(self):
+    def wait_exit(self) -> None:
         """Exec mode: after the nonce, wait (within the deadline) for the process to end."""
         while self.rep_r in self.open:
             remaining = self.deadline - time.monotonic()
@@ -1145,7 +1304,7 @@ class Run:
             for fd in ready:
                 self._read(fd)
 
-    def finish(self, spawner, wait=True):
+    def finish(self, spawner: Spawner, wait: bool = True) -> int | None:
         """Drain what is already written, SIGKILL the candidate (PID 1 of its namespace: everything it started
         dies with it) and have it reaped. With ``wait``, return its wait status; without, the spawner reaps
         it while the result travels."""
@@ -1169,13 +1328,15 @@ class Run:
                 pass
         for fd in (self.req_w, self.rep_r, self.out_r, self.err_r, self.pidfd):
             os.close(fd)
+        if self.control is not None:
+            self.control.close()
         return spawner.reap(self.pid, wait)
 
 
 class RemoteFunction:
     """Stands in the tests' namespace for a function of the candidate; only plain data crosses."""
 
-    def __init__(self, name, run, verdict):
+    def __init__(self, name: str, run: Run, verdict: Verdict):
         self.__name__ = self.name = name
         self.run, self.verdict = run, verdict
 
@@ -1205,7 +1366,7 @@ class RemoteFunction:
             except (Malformed, ValueError, TypeError, RecursionError, MemoryError) as e:
                 raise Abort("protocol_violation", f"malformed value in reply ({e})") from None
         if kind == "unenc" and len(reply) == 2:
-            self.verdict["flags"].add("unencodable_value")
+            self.verdict.flags.add("unencodable_value")
             raise UnencodableValue(f"{self.name}() returned a value that is not plain data: {reply[1]}")
         if kind != "exc" or len(reply) != 3 or type(reply[1]) is not str or type(reply[2]) is not str:
             raise Abort("protocol_violation", "malformed reply")
@@ -1223,7 +1384,7 @@ class RemoteNames(dict):
     """The tests' builtins: a name that neither the trusted code nor the tests define resolves to the
     candidate's function of that name, as in prompt + completion + test."""
 
-    def __init__(self, run, verdict):
+    def __init__(self, run: Run, verdict: Verdict):
         super().__init__(vars(builtins))
         self.run, self.verdict = run, verdict
 
@@ -1235,24 +1396,49 @@ class RemoteNames(dict):
 
 
 class Units:
-    """Counts the per-assert units of the tests."""
+    """Counts the per-assert units of the tests, and remembers the first failure and the first error apart:
+    the message must name what made the status (a TypeError is not an assertion that failed)."""
 
-    def __init__(self, total):
+    def __init__(self, total: int):
         self.total, self.passed, self.failed, self.errors = total, 0, 0, 0
-        self.first = None
+        self.first_failure: str | None = None
+        self.first_error: str | None = None
 
-    def ok(self):
+    def ok(self) -> None:
         self.passed += 1
 
-    def fail(self, line):
+    def fail(self, line: int) -> None:
         self.failed += 1
-        self.first = self.first or f"assertion failed (tests line {line})"
+        self.first_failure = self.first_failure or f"assertion failed (tests line {line})"
 
-    def error(self, line, exc):
+    def error(self, line: int, exc: BaseException) -> None:
         if isinstance(exc, AssertionError):  # UnencodableValue and remote AssertionErrors
             return self.fail(line)
         self.errors += 1
-        self.first = self.first or f"{type(exc).__name__}: {exc} (tests line {line})"
+        self.first_error = self.first_error or f"{type(exc).__name__}: {exc} (tests line {line})"
+
+    def summary(self) -> tuple[str, str]:
+        """(status, message) once the tests ran to their end."""
+        if self.errors:
+            failed = f", {self.failed} failed" if self.failed else ""
+            return "runtime_error", f"{self.first_error}; {self.errors}/{self.total} assert units raised{failed}"
+        if self.failed:
+            return "failed", f"{self.failed}/{self.total} assert units failed; first: {self.first_failure}"
+        return "passed", f"{self.passed}/{self.total} assert units passed"
+
+
+class Verdict:
+    """What the judge learns about a task besides its status and message."""
+
+    __slots__ = ("flags", "units", "asserts_total", "cases", "stdout", "stderr")
+
+    def __init__(self) -> None:
+        self.flags: set[str] = set()  # names from verdicts.FLAGS
+        self.units: Units | None = None  # rpc mode: the assert units
+        self.asserts_total = 0  # assert units of the tests, or cases of a stdin/stdout task
+        self.cases: list[str] | None = None  # stdin/stdout: each case's verdict, in the task's order
+        self.stdout: bytes | None = None  # stdin/stdout: the failing case's output, instead of the server's
+        self.stderr: bytes | None = None
 
 
 def _has_assert(node):
@@ -1397,14 +1583,14 @@ def trusted_failure(e):
     return Abort("sandbox_error", f"the trusted code (the prompt) does not run: {type(e).__name__}: {e}{hint}")
 
 
-def judge_rpc(run, task, verdict):
+def judge_rpc(run: Run, task: dict, verdict: Verdict) -> tuple[str, str]:
     entry = task["entry_point"]
     try:
         code, total, has_check, plan = prepare_tests(task["tests"])
         trusted, trusted_calls = compile_trusted(task["trusted"]) if task.get("trusted") is not None else (None, False)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         raise Abort("sandbox_error", f"the tests or the trusted code do not compile: {e}") from None
-    verdict["asserts_total"] = total
+    verdict.asserts_total = total
     # The calls the tests are certain to make first go right behind the task: the candidate answers them one
     # after another, and the tests take the answers in the same order (one wake-up instead of one per call).
     if trusted_calls or entry is None:
@@ -1415,7 +1601,7 @@ def judge_rpc(run, task, verdict):
     reply = run.receive()
     if reply != ["ok"]:
         return load_failure(reply, verdict)
-    units = verdict["units"] = Units(total)
+    units = verdict.units = Units(total)
     ns = {"__name__": "__passk_tests__", "__builtins__": RemoteNames(run, verdict)}
     entry = task["entry_point"]
     if trusted is not None:
@@ -1440,14 +1626,10 @@ def judge_rpc(run, task, verdict):
         return "failed", str(e) or "assertion failed"
     except BaseException as e:
         return "runtime_error", f"{type(e).__name__}: {e}"
-    if units.errors:
-        return "runtime_error", units.first
-    if units.failed:
-        return "failed", f"{units.failed}/{total} assert units failed; first: {units.first}"
-    return "passed", f"{units.passed}/{total} assert units passed"
+    return units.summary()
 
 
-def load_failure(reply, verdict):
+def load_failure(reply: list, verdict: Verdict) -> tuple[str, str]:
     if len(reply) != 4 or reply[0] != "load" or not all(type(v) is str for v in reply):
         raise Abort("protocol_violation", "unexpected reply")
     _, kind, name, msg = reply
@@ -1459,11 +1641,11 @@ def load_failure(reply, verdict):
     if name == "MemoryError":
         return "memory_exceeded", f"MemoryError: {msg}" if msg else "MemoryError"
     if name == "SystemExit":
-        verdict["flags"].add("early_exit")
+        verdict.flags.add("early_exit")
     return ("failed" if name == "AssertionError" else "runtime_error"), f"{name}: {msg}"
 
 
-def judge_exec(run, task, verdict):
+def judge_exec(run: Run, task: dict, verdict: Verdict) -> tuple[str, str]:
     nonce = os.urandom(16).hex()
     reply = run.request({"mode": "exec", "program": task["program"], "tests": task["tests"],
                          "entry_point": task["entry_point"], "nonce": nonce, "timeout": task["timeout"],
@@ -1472,12 +1654,177 @@ def judge_exec(run, task, verdict):
         run.wait_exit()
         return "passed", "program and tests ran to the end"
     if reply[0] == "nonce":
-        verdict["flags"].add("forged_verdict")
+        verdict.flags.add("forged_verdict")
         return "failed", "wrong nonce"
     return load_failure(reply, verdict)
 
 
-def describe_exit(status):
+# ---- stdin/stdout tasks ----------------------------------------------------------------------------------
+def judge_stdio(run: Run, task: dict, verdict: Verdict) -> tuple[str, str]:
+    """Compile in the case server, then run every case in a fresh case process, in an order drawn from
+    os.urandom (so that knowing which case runs is worth nothing), each with its own input on stdin and
+    within ``timeout``, all within ``total_timeout``. Every verdict is decided here, from the exit status
+    and by comparing the output with the expected one, which never leaves this process."""
+    run.send({"program": task["program"], "timeout": task["timeout"], "total_timeout": task["total_timeout"],
+              "memory_mb": task["memory_mb"]})
+    reply = run.receive()
+    if reply != ["ok"]:
+        return load_failure(reply, verdict)
+    import random
+
+    cases = task["cases"]
+    n = len(cases)
+    verdicts = verdict.cases = ["skipped"] * n
+    verdict.asserts_total = n
+    reasons: dict[int, str] = {}
+    shown: dict[int, tuple[bytes, bytes]] = {}  # a failing case's stdout (head) and stderr (tail)
+    order = list(range(n))
+    random.SystemRandom().shuffle(order)
+    out_of_time = False
+    for i in order:
+        now = time.monotonic()
+        if now >= run.deadline:
+            out_of_time = True
+            break
+        deadline = min(now + task["timeout"], run.deadline)
+        want = cases[i][1].encode()
+        ended, status, out, err = run_case(run, cases[i][0].encode(), deadline)
+        verdicts[i], reasons[i] = case_verdict(ended, status, out, err, want, task, verdict)
+        if verdicts[i] == "timeout" and deadline == run.deadline:
+            out_of_time = True
+        if verdicts[i] != "passed":
+            shown[i] = bytes(out[:CASE_SHOWN]), bytes(err[-CASE_SHOWN:])
+            if task["stop_on_failure"] or out_of_time:
+                break
+    passed = verdicts.count("passed")
+    if passed == n:
+        return "passed", f"{n}/{n} cases passed"
+    failing = [j for j in range(n) if verdicts[j] not in ("passed", "skipped")]
+    if failing:  # the first in the task's order, not the run's: the same verdicts give the same message
+        verdict.stdout, verdict.stderr = shown[failing[0]]
+    if out_of_time:
+        return "timeout", (f"the task's time limit ({task['total_timeout']:g} s) ran out after {len(reasons)} of "
+                           f"{n} cases; {passed} passed")
+    i = failing[0]
+    status = "failed" if verdicts[i] == "wrong_answer" else verdicts[i]
+    return status, f"case {i + 1} of {n}: {verdicts[i]}: {reasons[i]}; {passed}/{n} passed"
+
+
+def run_case(run: Run, data: bytes, deadline: float) -> tuple[str, int, bytearray, bytearray]:
+    """One case: the case server forks a fresh case process; its input is written here, its stdout and
+    stderr read here (capped), and it is SIGKILLed at ``deadline``. Returns (how it ended: "exited",
+    "timeout" or "output_limit"; its wait status; stdout; stderr)."""
+    control = run.control
+    try:
+        control.send(b"c")
+    except OSError:
+        raise Abort("sandbox_error", "the stdin/stdout case server is gone") from None
+    poller = select.poll()
+    poller.register(control.fileno(), select.POLLIN)
+    poller.register(OWNER_IN, select.POLLIN)
+    fds = None
+    while fds is None:  # the case process: its pid, then its stdin, stdout, stderr and pidfd
+        remaining = run.deadline - time.monotonic()
+        if remaining <= 0:
+            raise Abort("timeout", "the task's time limit ran out")
+        for fd, _ in poller.poll(max(1, math.ceil(remaining * 1000))):
+            if fd == OWNER_IN:
+                if not OWNER.pump():
+                    raise OwnerGone("owner_gone", "the owner went away")
+                continue
+            msg, anc, _, _ = control.recvmsg(64, _socket.CMSG_SPACE(16))
+            if not msg or not anc or len(anc[0][2]) != 16:
+                raise Abort("sandbox_error", "the stdin/stdout case server is gone")
+            fds = struct.unpack("4i", anc[0][2])
+    in_w, out_r, err_r, pidfd = fds
+    out, err = bytearray(), bytearray()
+    view = memoryview(data)
+    reading = {out_r, err_r}
+    for fd in reading:
+        poller.register(fd, select.POLLIN)
+    if view:
+        os.set_blocking(in_w, False)
+        poller.register(in_w, select.POLLOUT)
+    else:
+        os.close(in_w)
+        in_w = -1
+    ended, status = "exited", None
+    try:
+        while status is None or reading:
+            if ended == "exited" and status is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    ended = "timeout"
+                    kill_case(pidfd)
+                wait_ms = max(1, math.ceil(remaining * 1000))
+            else:
+                wait_ms = 1000  # killed or exited: the status and EOF follow at once
+            for fd, _ in poller.poll(wait_ms):
+                if fd == in_w:
+                    try:
+                        view = view[os.write(in_w, view[:CASE_CHUNK]) :]
+                    except BlockingIOError:
+                        continue
+                    except OSError:  # it exited or closed its stdin: the rest of the input is not wanted
+                        view = view[:0]
+                    if not view:
+                        poller.unregister(in_w)
+                        os.close(in_w)
+                        in_w = -1
+                elif fd in reading:
+                    chunk = os.read(fd, 1 << 16)
+                    if not chunk:
+                        reading.discard(fd)
+                        poller.unregister(fd)
+                    elif ended == "exited":
+                        (out if fd == out_r else err).extend(chunk)
+                        if len(out) + len(err) > run.cap:
+                            ended = "output_limit"
+                            kill_case(pidfd)
+                elif fd == OWNER_IN:
+                    if not OWNER.pump():
+                        raise OwnerGone("owner_gone", "the owner went away")
+                else:  # the case server reaped it: its wait status
+                    data = control.recv(64)
+                    if not data:
+                        raise Abort("sandbox_error", "the stdin/stdout case server is gone")
+                    status = int(data)
+                    poller.unregister(fd)
+    finally:
+        for fd in (in_w, out_r, err_r, pidfd):
+            if fd >= 0:
+                os.close(fd)
+    return ended, status, out, err
+
+
+def kill_case(pidfd: int) -> None:
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)  # PID 1 of its namespace: all of it dies
+    except OSError:
+        pass  # it exited already
+
+
+def case_verdict(ended: str, status: int, out: bytearray, err: bytearray, want: bytes, task: dict,
+                 verdict: Verdict) -> tuple[str, str]:
+    """(verdict, reason) of one case. A non-zero exit or a signal is a runtime error whatever was printed."""
+    if ended != "exited":
+        return ended, ("wall-clock time limit exceeded" if ended == "timeout"
+                       else f"output exceeded {task['max_output']} bytes")
+    if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
+        return "timeout", "CPU time limit exceeded"
+    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        reason = verdicts.compare_output(bytes(out), want, task["compare"], task["float_tol"])
+        return ("passed", "") if reason is None else ("wrong_answer", reason)
+    if verdicts.compare_output(bytes(out), want, task["compare"], task["float_tol"]) is None:
+        verdict.flags.add("crash_after_output")
+    last = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+    how = describe_exit(status) + (f": {last[0][:200]}" if last[0] else "")
+    if b"MemoryError" in err[-CASE_SHOWN:]:
+        return "memory_exceeded", how
+    return "runtime_error", how
+
+
+def describe_exit(status: int | None) -> str:
     if status is None:
         return "not reaped"
     if os.WIFSIGNALED(status):
@@ -1488,15 +1835,20 @@ def describe_exit(status):
     return f"exit status {os.WEXITSTATUS(status)}"
 
 
-def run_task(task, spawner):
+JUDGES = {"rpc": judge_rpc, "exec": judge_exec, "stdio": judge_stdio}
+
+
+def run_task(task: dict, spawner: Spawner) -> dict:
     t0 = time.monotonic()
-    verdict = {"flags": set(), "asserts_total": 0, "units": None}
-    run = Run(spawner, t0 + task["timeout"], task["max_output"])
+    verdict = Verdict()
+    stdio = task["mode"] == "stdio"
+    budget = task["total_timeout"] if stdio else task["timeout"]
+    run = Run(spawner, t0 + budget, task["max_output"], server=stdio)
     status = message = "sandbox_error"
     try:
-        signal.setitimer(signal.ITIMER_REAL, task["timeout"] + ALARM_SLACK)  # backstop for trusted code
+        signal.setitimer(signal.ITIMER_REAL, budget + ALARM_SLACK)  # backstop for trusted code
         try:
-            status, message = (judge_rpc if task["mode"] == "rpc" else judge_exec)(run, task, verdict)
+            status, message = JUDGES[task["mode"]](run, task, verdict)
         except OwnerGone:
             raise
         except Abort as a:
@@ -1509,8 +1861,10 @@ def run_task(task, spawner):
                                                           "output_limit", "memory_exceeded", "sandbox_error")
         exit_status = run.finish(spawner, wait)
 
-    flags = verdict["flags"]
-    if status == "early_exit":
+    flags = verdict.flags
+    if status == "early_exit" and stdio:  # the case server died before it compiled the program
+        status, message = "runtime_error", f"the program could not be compiled ({describe_exit(exit_status)})"
+    elif status == "early_exit":
         flags.add("early_exit")
         status = "runtime_error"
         if exit_status is not None and os.WIFSIGNALED(exit_status):
@@ -1524,22 +1878,25 @@ def run_task(task, spawner):
         status = "runtime_error"
     elif task["mode"] == "exec" and status == "passed" and exit_status != 0:
         status, message = "runtime_error", f"nonce written but {describe_exit(exit_status)}"
-    units = verdict["units"]
-    return {
+    units = verdict.units
+    result = {
         "id": task.get("id"),
         "status": status,
-        "asserts_passed": units.passed if units else 0,
-        "asserts_total": verdict["asserts_total"],
+        "asserts_passed": units.passed if units else verdict.cases.count("passed") if verdict.cases else 0,
+        "asserts_total": verdict.asserts_total,
         "duration": time.monotonic() - t0,
-        "stdout": run.out.decode("utf-8", "replace"),
-        "stderr": run.err.decode("utf-8", "replace"),
+        "stdout": (run.out if verdict.stdout is None else verdict.stdout).decode("utf-8", "replace"),
+        "stderr": (run.err if verdict.stderr is None else verdict.stderr).decode("utf-8", "replace"),
         "message": message,
         "flags": sorted(flags),
     }
+    if stdio:
+        result["cases"] = verdict.cases or ["skipped"] * len(task["cases"])
+    return result
 
 
 # ---- start-up: isolation of the judge, the probe, the loop ------------------------------------------------
-def isolate(cfg):
+def isolate(cfg: dict) -> dict:
     """Enter a private network namespace (and, without root, the user namespace it needs). Returns the
     layers the spawner may then try."""
     off = set(cfg.get("disable", ()))
@@ -1658,7 +2015,7 @@ def warm_up():
     _flush()
 
 
-def main(config):
+def main(config: str) -> None:
     global OWNER
     cfg = json.loads(config)
     off = set(cfg.get("disable", ()))
@@ -1734,7 +2091,7 @@ def main(config):
             shutil.rmtree(layers["scratch"], ignore_errors=True)
 
 
-def run(config):
+def run(config: str) -> None:
     try:
         main(config)
     except (BrokenPipeError, KeyboardInterrupt):

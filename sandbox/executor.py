@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .verdicts import COMPARE_MODES, STATUSES
+
 __all__ = ["Result", "Sandbox", "Status", "arun_batch", "get_sandbox", "run", "run_batch"]
 
 log = logging.getLogger("sandbox")
@@ -41,6 +43,8 @@ ZYGOTE = Path(__file__).with_name("_zygote.py")
 # Imported rather than run as a script, so that its bytecode comes from the .pyc cache instead of a compile.
 LAUNCH = "import sys; sys.path.insert(0, sys.argv[1]); import _zygote; _zygote.run(sys.argv[2])"
 MAX_PROGRAM_BYTES = 1 << 20  # program, tests and trusted code each: bounds the judge's parsing and memory
+MAX_CASES_BYTES = 48 << 20  # inputs + expected outputs of one stdin/stdout task (the judge holds them)
+CASE_START = 0.05  # seconds a stdin/stdout case may take to start, in the default overall limit
 UID_BASE = 61000  # slot i runs its candidates as uids base + 2i and base + 2i + 1 (when root)
 UIDS_PER_LOCAL_RANK = 256  # accelerate/torchrun ranks on one node start from disjoint uid ranges
 UID_CLAIM_TRIES = 512  # ranges tried upwards when the preferred one is held by another pool
@@ -82,21 +86,17 @@ def claim_uids(first: int, count: int) -> tuple[int, list[socket.socket]]:
     raise RuntimeError(f"sandbox: no free range of {count} uids from {first} (tried {UID_CLAIM_TRIES})")
 
 
-class Status(enum.StrEnum):
-    PASSED = "passed"
-    FAILED = "failed"
-    TIMEOUT = "timeout"
-    MEMORY_EXCEEDED = "memory_exceeded"
-    SYNTAX_ERROR = "syntax_error"
-    RUNTIME_ERROR = "runtime_error"
-    OUTPUT_LIMIT = "output_limit"
-    SANDBOX_ERROR = "sandbox_error"
-    INVALID_INPUT = "invalid_input"
+# The status of a task: PASSED = "passed", FAILED = "failed", ... (the names and their meanings: verdicts.py).
+Status = enum.StrEnum("Status", [(name.upper(), name) for name in STATUSES], module=__name__)
 
 
 @dataclass(frozen=True)
 class Result:
-    """The verdict on one program. ``passed`` is True only when the tests ran to their end and all held."""
+    """The verdict on one program. ``passed`` is True only when the tests ran to their end and all held.
+
+    For a stdin/stdout task, ``asserts_passed`` / ``asserts_total`` count cases, ``cases`` holds each case's
+    verdict in the task's order (``verdicts.CASE_VERDICTS``), and ``stdout`` / ``stderr`` are those of the
+    first failing case (4 KiB at most)."""
 
     status: Status
     passed: bool
@@ -107,10 +107,12 @@ class Result:
     stderr: str = ""
     message: str = ""
     flags: tuple[str, ...] = ()
+    cases: tuple[str, ...] = ()
 
     @property
     def fraction(self) -> float:
-        """Share of assert units that passed (partial credit); 1.0/0.0 from ``passed`` when there are none."""
+        """Share of assert units (or cases) that passed, for partial credit; 1.0/0.0 from ``passed`` when there
+        are none."""
         if self.asserts_total:
             return self.asserts_passed / self.asserts_total
         return 1.0 if self.passed else 0.0
@@ -196,8 +198,15 @@ _loads = json.JSONDecoder().decode
 
 
 def _frame(obj: Any) -> bytes:
+    """A frame to a judge: length + JSON. Frames, task keys and result keys: docs/contracts.md, "The sandbox
+    protocol" (the judge's side is _zygote.py)."""
     data = _dumps(obj).encode()
     return struct.pack(">I", len(data)) + data
+
+
+def _budget(task: dict[str, Any]) -> float:
+    """Seconds a task may run: its timeout, or a stdin/stdout task's overall limit."""
+    return task.get("total_timeout") or task["timeout"]
 
 
 class _Worker:
@@ -468,6 +477,8 @@ class _Pool:
             w.head_since = time.monotonic()
             frame.pop("id", None)
             frame["flags"] = tuple(frame.get("flags", ()))
+            if "cases" in frame:
+                frame["cases"] = tuple(frame["cases"])
             future.set_result(Result.of(frame.pop("status"), **frame))
 
     def _timeout(self) -> float | None:
@@ -479,7 +490,7 @@ class _Pool:
             elif not w.hello:
                 t = w.started_at + START_TIMEOUT
             elif w.inflight:
-                t = w.head_since + w.inflight[0][1]["timeout"] + GRACE
+                t = w.head_since + _budget(w.inflight[0][1]) + GRACE
             else:
                 continue
             best = t if best is None else min(best, t)
@@ -493,7 +504,7 @@ class _Pool:
                     self._restart(sel, w)
             elif not w.hello and now > w.started_at + START_TIMEOUT:
                 self._fault(sel, w, f"the worker did not start within {START_TIMEOUT:.0f} s")
-            elif w.hello and w.inflight and now > w.head_since + w.inflight[0][1]["timeout"] + GRACE:
+            elif w.hello and w.inflight and now > w.head_since + _budget(w.inflight[0][1]) + GRACE:
                 self._fault(sel, w, f"the worker did not answer within {GRACE:.0f} s of the time limit")
         if all(w.proc is None and w.failures >= START_FAILURES for w in self.workers):
             self._fail_all("no worker could be (re)started")
@@ -709,11 +720,52 @@ class Sandbox:
             task["trusted"] = trusted_code
         return task
 
-    def submit(self, program: str, tests: str = "", entry_point: str | None = None, *,
-               timeout: float | None = None, mode: str = "auto", trusted_code: str | None = None) -> Future:
-        """Queue one program; returns a concurrent.futures.Future of its Result."""
+    def _stdio_task(self, program: str, cases: Sequence[Sequence[str]], *, timeout: float | None = None,
+                    total_timeout: float | None = None, stop_on_failure: bool = False, compare: str = "lines",
+                    float_tol: float | None = None) -> dict[str, Any] | Result:
+        """The task dict of a stdin/stdout task, or a Result when the input is refused before dispatch."""
+        if compare not in COMPARE_MODES:
+            raise ValueError(f"compare must be one of {', '.join(COMPARE_MODES)}, not {compare!r}")
+        if float_tol is not None and not float_tol >= 0:
+            raise ValueError(f"float_tol must be >= 0 or None, not {float_tol}")
+        timeout = self.timeout if timeout is None else float(timeout)
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0, not {timeout}")
+        if isinstance(cases, str | bytes):
+            raise ValueError("cases must be a sequence of (input, expected output) pairs, not a string")
+        pairs = [tuple(case) for case in cases]
+        if not pairs:
+            raise ValueError("a stdin/stdout task needs at least one case")
+        if total_timeout is None:  # the cases' own limits, and time to compile and to start each case
+            total_timeout = len(pairs) * (timeout + CASE_START) + 1.0
+        total_timeout = float(total_timeout)
+        if not total_timeout > 0:
+            raise ValueError(f"total_timeout must be > 0, not {total_timeout}")
+        if not isinstance(program, str):
+            return Result.of(Status.INVALID_INPUT, f"program is a {type(program).__name__}, not a str")
+        size = 0
+        for n, pair in enumerate(pairs, 1):
+            if len(pair) != 2 or not all(isinstance(text, str) for text in pair):
+                return Result.of(Status.INVALID_INPUT, f"case {n} is not an (input, expected output) pair of str")
+            for text in (program, *pair) if n == 1 else pair:
+                try:
+                    size += len(text.encode("utf-8"))
+                except UnicodeEncodeError as e:
+                    return Result.of(Status.INVALID_INPUT, f"case {n} or the program is not valid UTF-8 text: "
+                                     f"{e.reason} at {e.start}")
+        if len(program.encode("utf-8")) > MAX_PROGRAM_BYTES:
+            return Result.of(Status.INVALID_INPUT, f"program is over {MAX_PROGRAM_BYTES} bytes")
+        if size > MAX_CASES_BYTES:
+            return Result.of(Status.INVALID_INPUT, f"the cases are {size} bytes (limit {MAX_CASES_BYTES})")
+        if "\x00" in program:
+            return Result.of(Status.SYNTAX_ERROR, "source code contains a NUL byte")
+        return {"mode": "stdio", "program": program, "cases": pairs, "timeout": min(timeout, total_timeout),
+                "total_timeout": total_timeout, "stop_on_failure": bool(stop_on_failure), "compare": compare,
+                "float_tol": None if float_tol is None else float(float_tol), "memory_mb": self.memory_mb,
+                "max_output": self.max_output_bytes}
+
+    def _queue(self, task: dict[str, Any] | Result) -> Future:
         future: Future = Future()
-        task = self._task(program, tests, entry_point, timeout=timeout, mode=mode, trusted_code=trusted_code)
         if isinstance(task, Result):
             future.set_result(task)
             return future
@@ -723,6 +775,22 @@ class Sandbox:
         else:
             pool.submit(task, future)
         return future
+
+    def submit(self, program: str, tests: str = "", entry_point: str | None = None, *,
+               timeout: float | None = None, mode: str = "auto", trusted_code: str | None = None) -> Future:
+        """Queue one program; returns a concurrent.futures.Future of its Result."""
+        return self._queue(self._task(program, tests, entry_point, timeout=timeout, mode=mode,
+                                      trusted_code=trusted_code))
+
+    def submit_stdio(self, program: str, cases: Sequence[Sequence[str]], *, timeout: float | None = None,
+                     total_timeout: float | None = None, stop_on_failure: bool = False, compare: str = "lines",
+                     float_tol: float | None = None) -> Future:
+        """Queue one stdin/stdout task (see ``run_stdio``); returns a Future of its Result."""
+        return self._queue(self._stdio_task(program, cases, timeout=timeout, total_timeout=total_timeout,
+                                            stop_on_failure=stop_on_failure, compare=compare, float_tol=float_tol))
+
+    def _submit_any(self, task: dict[str, Any]) -> Future:
+        return self.submit_stdio(**task) if "cases" in task else self.submit(**task)
 
     def run(self, program: str, tests: str = "", entry_point: str | None = None, *,
             timeout: float | None = None, mode: str = "auto", trusted_code: str | None = None) -> Result:
@@ -735,9 +803,25 @@ class Sandbox:
         redefinitions of them; the entry point, and names it does not define, are the program's."""
         return self.submit(program, tests, entry_point, timeout=timeout, mode=mode, trusted_code=trusted_code).result()
 
+    def run_stdio(self, program: str, cases: Sequence[Sequence[str]], *, timeout: float | None = None,
+                  total_timeout: float | None = None, stop_on_failure: bool = False, compare: str = "lines",
+                  float_tol: float | None = None) -> Result:
+        """Run a whole program against stdin/stdout ``cases``: (input, expected output) pairs of str.
+
+        The program is compiled once; every case runs in a fresh process forked from the one that compiled
+        it, with all of a candidate's isolation, its input on stdin, within ``timeout`` seconds (default: the
+        sandbox's), and all cases within ``total_timeout`` (default: no limit beyond the cases' own).
+        The order is random (os.urandom); ``stop_on_failure`` stops at the first case that fails. Each case's
+        verdict (``Result.cases``) is decided outside the program, from its exit status and by comparing its
+        stdout with the expected output under ``compare`` ("lines" or "tokens") and ``float_tol`` (see
+        ``sandbox.verdicts``). A non-zero exit is a runtime error whatever it printed."""
+        return self.submit_stdio(program, cases, timeout=timeout, total_timeout=total_timeout,
+                                 stop_on_failure=stop_on_failure, compare=compare, float_tol=float_tol).result()
+
     def run_batch(self, tasks: Sequence[dict[str, Any]], *, progress: bool = False) -> list[Result]:
-        """Run many tasks (dicts of ``run`` keyword arguments) on all workers; results in input order."""
-        futures = [self.submit(**t) for t in tasks]
+        """Run many tasks on all workers; results in input order. A task is a dict of ``run`` keyword
+        arguments, or of ``run_stdio`` keyword arguments (it has ``cases``)."""
+        futures = [self._submit_any(t) for t in tasks]
         if progress:
             from tqdm import tqdm  # lazy: only for the progress bar
 
@@ -751,9 +835,13 @@ class Sandbox:
         return await asyncio.wrap_future(self.submit(program, tests, entry_point, timeout=timeout, mode=mode,
                                                      trusted_code=trusted_code))
 
+    async def arun_stdio(self, program: str, cases: Sequence[Sequence[str]], **kwargs: Any) -> Result:
+        """``run_stdio`` without blocking the event loop."""
+        return await asyncio.wrap_future(self.submit_stdio(program, cases, **kwargs))
+
     async def arun_batch(self, tasks: Sequence[dict[str, Any]]) -> list[Result]:
         """``run_batch`` without blocking the event loop."""
-        futures = [self.submit(**t) for t in tasks]
+        futures = [self._submit_any(t) for t in tasks]
         return list(await asyncio.gather(*(asyncio.wrap_future(f) for f in futures)))
 
 

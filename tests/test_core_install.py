@@ -95,7 +95,7 @@ def test_python_m_sandbox_scores_humaneval_samples(tmp_path: Path, problems: lis
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    out = [json.loads(line) for line in Path(f"{samples}_results.jsonl").read_text().splitlines()]
+    out = [json.loads(line) for line in Path(f"{samples}_sandbox_results.jsonl").read_text().splitlines()]
     assert [(r["task_id"], r["result"]) for r in out] == [(t, "passed") for t in TASKS] + [
         (t, "failed") for t in TASKS
     ]
@@ -149,6 +149,15 @@ def test_rewards_score_canonical_broken_and_prose_completions(problems: list[dic
     assert logged["unit_test/passed_frac"] == pytest.approx(3 / 7)
     assert logged["unit_test/failed_frac"] == pytest.approx(3 / 7)
     assert logged["unit_test/extract_no_code_frac"] == pytest.approx(1 / 7)
+
+
+def test_stdio_rewards_score_an_apps_row() -> None:
+    """The stdin/stdout path in the installed package: the judge imports verdicts.py beside the zygote."""
+    row = {"input_output": json.dumps({"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]})}
+    programs = ["print(sum(map(int, input().split())))\n", "print(3)\n", "raise SystemExit(1)\n"]
+    batch = {"completions": programs, "input_output": [row["input_output"]] * 3}
+    assert rewards.stdio_test_reward.score(**batch) == [1.0, 0.0, 0.0]
+    assert asyncio.run(rewards.stdio_partial_reward(**batch)) == [1.0, 0.5, 0.0]
 
 
 # ---- `passk` without the extra ---------------------------------------------------------------------------------

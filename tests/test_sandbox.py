@@ -169,6 +169,17 @@ def test_result_carries_output_and_message(sb):
     assert r.status is Status.RUNTIME_ERROR and "KeyError" in r.message and "Traceback" in r.stderr
 
 
+def test_the_message_names_what_made_the_status(sb):
+    """An assertion that fails before a TypeError in the tests: runtime_error, and the message says TypeError."""
+    tests = "def check(candidate):\n    assert candidate(1, 1) == 3\n    assert abs(candidate(2, 2) - 4.0) < 1e-6\n"
+    r = sb.run("def add(x, y):\n    return None\n", tests, "add")
+    assert r.status is Status.RUNTIME_ERROR
+    assert r.message.startswith("TypeError: unsupported operand type(s) for -: 'NoneType' and 'float' (tests line 3)")
+    assert "1/2 assert units raised, 1 failed" in r.message
+    r = sb.run("def add(x, y):\n    return 0\n", tests, "add")
+    assert r.status is Status.FAILED and r.message == "2/2 assert units failed; first: assertion failed (tests line 2)"
+
+
 def test_output_is_truncated_at_the_cap():
     with Sandbox(n_workers=1, max_output_bytes=1000, uid_base=UID_BASE + 8) as small:
         r = small.run("print('y' * 5000)\n" + ADD, ADD_TESTS, "add")

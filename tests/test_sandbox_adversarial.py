@@ -42,7 +42,12 @@ def parse(path: Path) -> dict:
         meta[m.group(1)] = m.group(2).strip()
     meta["expect"] = set(meta["expect"].split("|"))
     meta["flags"] = set(meta["flags"].split())
-    meta["program"], _, meta["tests"] = text.partition("# --- tests ---\n")
+    if meta["task"] == "stdio":  # a whole program; its cases follow, as JSON, and never reach the candidate
+        meta["modes"] = "stdio"
+        meta["program"], _, cases = text.partition("# --- cases ---\n")
+        meta["cases"] = json.loads("".join(line.removeprefix("#") for line in cases.splitlines()))
+    else:
+        meta["program"], _, meta["tests"] = text.partition("# --- tests ---\n")
     return meta
 
 
@@ -258,7 +263,9 @@ def test_adversarial(path, mode, pools, problems, canary, listeners):
     program = (meta["program"].replace("{CANARY_DIR}", str(canary)).replace("{PORT}", str(tcp.getsockname()[1]))
                .replace("{UDP_PORT}", str(udp.getsockname()[1])).replace("{SECRET}", SECRET)
                .replace("{MANY_STATEMENTS}", MANY_STATEMENTS))
-    if meta["task"] == "inline":
+    if meta["task"] == "stdio":
+        pass
+    elif meta["task"] == "inline":
         tests, entry_point, prompt = meta["tests"], re.search(r"^def (\w+)", program, re.M).group(1), None
     else:  # as the rewards run it: the dataset prompt is the trusted code
         problem = problems[meta["task"]]
@@ -268,12 +275,18 @@ def test_adversarial(path, mode, pools, problems, canary, listeners):
     listing = sorted(os.listdir(canary))
     ipc_before, shmem_before = host_ipc(), shmem_mb()
 
-    result = sandbox.run(program, tests, entry_point, timeout=float(meta["timeout"]), mode=mode,
-                         trusted_code=prompt)
+    if mode == "stdio":
+        result = sandbox.run_stdio(program, meta["cases"], timeout=float(meta["timeout"]))
+        assert len(result.cases) == len(meta["cases"]) and "skipped" not in result.cases, result
+    else:
+        result = sandbox.run(program, tests, entry_point, timeout=float(meta["timeout"]), mode=mode,
+                             trusted_code=prompt)
 
     assert not result.passed, result
     assert result.status.value in meta["expect"], result
     assert meta["flags"] <= set(result.flags), result
+    if "max_passed" in meta:
+        assert result.asserts_passed <= int(meta["max_passed"]), result
     assert settled() == []
     assert host_ipc() == ipc_before
     assert shmem_mb() - shmem_before < SHMEM_GROWTH_MB

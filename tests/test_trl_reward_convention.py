@@ -168,3 +168,19 @@ def test_our_rewards_score_through_trls_calculate_rewards(trainer: str, style: s
     assert trainer_obj._pending_metrics["unit_test/passed_frac"] == [0.5]
     assert trainer_obj._pending_metrics["partial_test/failed_frac"] == [0.5]
     assert trainer_obj._pending_extra_logs["unit_test/status"] == ["passed", "failed"]
+
+
+@pytest.mark.parametrize("trainer", sorted(TRAINERS))
+def test_the_stdio_rewards_score_through_trls_calculate_rewards(trainer: str, async_loop: Any) -> None:
+    """APPS-style rows (the test columns are the dataset's own): a right program, and one right on 1 of 2 cases."""
+    row = {"problem_id": "sum", "input_output": '{"inputs": ["1 2\\n", "5 5\\n"], "outputs": ["3\\n", "10\\n"]}'}
+    prompts = [[{"role": "user", "content": "Read a and b, print a + b."}]] * 2
+    programs = ["print(sum(map(int, input().split())))\n", "print(3)\n"]
+    completions = [[{"role": "assistant", "content": f"```python\n{p}```"}] for p in programs]
+    inputs = [{"prompt": prompt, **row} for prompt in prompts]
+    funcs = [rewards.stdio_test_reward, rewards.stdio_partial_reward]
+    trainer_obj = _stand_in(TRAINERS[trainer], funcs, async_loop)
+    rewards_per_func = trainer_obj._calculate_rewards(inputs, prompts, completions, [[1], [2]])
+    torch.testing.assert_close(rewards_per_func, torch.tensor([[1.0, 1.0], [0.0, 0.5]]))
+    assert trainer_obj._pending_metrics["stdio_partial/case_passed_frac"] == [0.75]
+    assert trainer_obj._pending_extra_logs["stdio_test/status"] == ["passed", "failed"]
