@@ -136,7 +136,9 @@ def test_summarize_resamples_per_problem_values_at_95_percent() -> None:
     per_problem = _pass1(problems)
     over_samples = np.concatenate([[r >= 1.0 for r in p.rewards] for p in problems]).astype(float)
     right = ref_problem_bootstrap(per_problem)
-    assert not close(right, ref_problem_bootstrap(over_samples), tol)  # samples would give a narrower interval
+    assert not close(
+        right, ref_problem_bootstrap(over_samples), tol
+    )  # samples would give a narrower interval
     assert not close(right, ref_problem_bootstrap(per_problem, 0.90), tol)
     assert passk["pass@1"].value == pytest.approx(per_problem.mean())
     assert close((passk["pass@1"].ci_low, passk["pass@1"].ci_high), right, tol)
@@ -241,7 +243,11 @@ def test_report_before_after_delta_is_paired(tmp_path: Path) -> None:
     per-problem differences (narrow), not the difference of two unpaired intervals (wide)."""
     before_p = _uneven_problems()
     after_p = [
-        _problem(p.task_id, ([1.0] + p.rewards[:-1]) if i % 3 == 0 and p.correct < N else p.rewards, p.greedy_passed)
+        _problem(
+            p.task_id,
+            ([1.0] + p.rewards[:-1]) if i % 3 == 0 and p.correct < N else p.rewards,
+            p.greedy_passed,
+        )
         for i, p in enumerate(before_p)
     ]
     run = _write_run(tmp_path / "r", "grpo", 0, _to_eval(before_p), _to_eval(after_p))
@@ -250,7 +256,9 @@ def test_report_before_after_delta_is_paired(tmp_path: Path) -> None:
     right = ref_problem_bootstrap(diff)
     rs = np.random.RandomState(RNG_SEED)
     a, b = _pass1(after_p), _pass1(before_p)
-    unpaired = ref_interval(a[rs.randint(0, 40, (REPS, 40))].mean(1) - b[rs.randint(0, 40, (REPS, 40))].mean(1), 0.95)
+    unpaired = ref_interval(
+        a[rs.randint(0, 40, (REPS, 40))].mean(1) - b[rs.randint(0, 40, (REPS, 40))].mean(1), 0.95
+    )
     tol = 0.01
     assert not close(right, unpaired, tol)
     assert entry["delta"]["pass@1"] == pytest.approx(diff.mean(), abs=1e-6)
