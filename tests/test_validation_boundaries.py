@@ -60,8 +60,16 @@ EXP_BOUNDARIES = [
     ("reward_timeout", {"reward_timeout": 1e-3}, {"reward_timeout": 0.0}),
     ("reward_funcs", {"reward_funcs": ["unit_test"]}, {"reward_funcs": []}),
     ("reward_funcs", {"reward_funcs": ["my_module.reward"]}, {"reward_funcs": ["no_such_reward"]}),
-    ("lora_r", {"use_peft": True, "lora_r": 1, "lora_alpha": 1}, {"use_peft": True, "lora_r": 0, "lora_alpha": 1}),
-    ("lora_r", {"use_peft": True, "lora_r": 1, "lora_alpha": 1}, {"use_peft": True, "lora_r": 1, "lora_alpha": 0}),
+    (
+        "lora_r",
+        {"use_peft": True, "lora_r": 1, "lora_alpha": 1},
+        {"use_peft": True, "lora_r": 0, "lora_alpha": 1},
+    ),
+    (
+        "lora_r",
+        {"use_peft": True, "lora_r": 1, "lora_alpha": 1},
+        {"use_peft": True, "lora_r": 1, "lora_alpha": 0},
+    ),
     ("lora_dropout", {"lora_dropout": 0.0}, {"lora_dropout": -0.01}),
     ("lora_dropout", {"lora_dropout": 0.99}, {"lora_dropout": 1.0}),
     ("warm_start_steps", {"dataset": "learnable", "warm_start_steps": 5}, {"warm_start_steps": 5}),
@@ -69,7 +77,9 @@ EXP_BOUNDARIES = [
 ]
 
 
-@pytest.mark.parametrize("key, ok, bad", EXP_BOUNDARIES, ids=[f"{c[0]}-{i}" for i, c in enumerate(EXP_BOUNDARIES)])
+@pytest.mark.parametrize(
+    "key, ok, bad", EXP_BOUNDARIES, ids=[f"{c[0]}-{i}" for i, c in enumerate(EXP_BOUNDARIES)]
+)
 def test_each_rule_on_both_sides_of_its_boundary(parsed, key: str, ok: dict, bad: dict) -> None:
     _check(parsed, **ok)
     bad = dict(bad)
