@@ -24,6 +24,7 @@ from experiments.trainers.estimators import (
     batch_baseline_advantages,
     group_baseline_advantages,
     policy_gradient_loss,
+    ppo_clip_loss,
     rloo_advantages,
 )
 
@@ -197,4 +198,21 @@ def test_loss_and_value_agree_with_a_direct_sum() -> None:
     assert policy_gradient_loss(logps, adv, mask).item() == pytest.approx(direct)
     assert policy_gradient_loss(logps, adv, mask, num_tokens=5).item() == pytest.approx(
         -(2.0 * -3.0 + -1.0 * -1.0) / 5
+    )
+
+
+@FAST
+@given(st.integers(1, 5), st.integers(1, 5), st.integers(0, 2**16))
+def test_per_sequence_advantages_broadcast_over_tokens(b: int, t: int, seed: int) -> None:
+    """One advantage per completion (B,) is that completion's weight on each of its tokens, whatever B and T."""
+    gen = torch.Generator().manual_seed(seed)
+    logps, old = torch.randn(b, t, generator=gen), torch.randn(b, t, generator=gen)
+    adv = torch.randn(b, generator=gen)
+    mask = (torch.rand(b, t, generator=gen) > 0.3).double()
+    per_token = adv[:, None].expand(b, t)
+    torch.testing.assert_close(
+        policy_gradient_loss(logps, adv, mask), policy_gradient_loss(logps, per_token, mask)
+    )
+    torch.testing.assert_close(
+        ppo_clip_loss(logps, old, adv, mask)[0], ppo_clip_loss(logps, old, per_token, mask)[0]
     )

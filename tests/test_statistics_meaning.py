@@ -393,3 +393,23 @@ def test_evaluate_model_reads_greedy_from_the_greedy_completion(tiny_model_dir: 
     assert res.pass_at_k["pass@3"].value == pytest.approx(2 / 3)
     d = res.to_dict()
     assert [p["greedy_passed"] for p in d["problems"]] == [False, True, False]
+
+
+def test_report_compares_greedy_pass_at_1_and_pass_at_k_and_only_on_the_same_problems(tmp_path: Path) -> None:
+    """Between methods, the documented metrics (greedy pass@1, pass@1, pass@k of the headline k) and no other;
+    a method evaluated on other problems is left out of the comparison and named."""
+    same = _uneven_problems()
+    other = [_problem(f"x{p.task_id}", p.rewards, p.greedy_passed) for p in _uneven_problems(seed=2)]
+    fewer = _uneven_problems()[:-1]
+    dirs = [
+        _write_run(tmp_path / "a", "a", 0, None, _to_eval(same)),
+        _write_run(tmp_path / "b", "b", 0, None, _to_eval(_uneven_problems(seed=1, shift=1))),
+        _write_run(tmp_path / "c", "c", 0, None, _to_eval(other)),
+        _write_run(tmp_path / "d", "d", 0, None, _to_eval(fewer)),
+    ]
+    report = build_report(dirs, tmp_path)
+    assert set(report["comparisons"]) == {"greedy_pass@1", "pass@1", f"pass@{N}"}
+    for comp in report["comparisons"].values():
+        assert {r["method"] for r in comp["ranking"]} == {"a", "b"} and comp["problems"] == 40
+    for method in ("c", "d"):
+        assert any(f"{method} was evaluated on other problems" in s for s in report["skipped"]), method
