@@ -219,3 +219,10 @@ def test_derive_max_steps_boundaries() -> None:
         derive_max_steps(4, _shape(num_generations=8, generation_batch_size=4))
     assert derive_max_steps(4, _shape(num_iterations=2)) == 4
     assert derive_max_steps(4, _shape(steps_per_generation=3)) == 6
+
+
+def test_eval_ks_error_names_the_first_k_out_of_range(parsed) -> None:
+    with pytest.raises(ConfigError, match=r"^eval_ks: k=0 is outside 1\.\.eval_n \(5\)$"):
+        _check(parsed, eval_ks=[1, 0, 9])
+    with pytest.raises(ConfigError, match=r"^eval_ks: k=6 is outside"):
+        _check(parsed, eval_ks=[6, 0])
