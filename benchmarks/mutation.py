@@ -1,0 +1,304 @@
+"""Mutation testing of the core modules with cosmic-ray (hand-run benchmark, not CI).
+
+Each target module is mutated by cosmic-ray (one small change per mutant: an operator, a comparison, a constant,
+a loop that never runs...) and the module's own fast test files are run against every sampled mutant; a mutant
+is killed when they fail (or time out). The score is killed / sampled, per module, and every surviving mutant
+is listed with its diff, to be read by hand: equivalent (no test could tell) or a gap in the tests.
+
+The mutants are mutated in place, so the script works in a throwaway copy of the tree (`git archive REF`), never
+in your checkout. `--tests after` adds this branch's test files for each module to the ones main had.
+
+    pip install cosmic-ray
+    python benchmarks/mutation.py --ref <commit> --tests before --out benchmarks/results/mutation_before.json
+    python benchmarks/mutation.py --ref <commit> --tests after --only-survivors-of \
+        benchmarks/results/mutation_before.json --out benchmarks/results/mutation_after.json
+
+Sampling: a full run is hours on 2 cores (every mutant pays a torch import), so `--sample N --seed S` draws N
+mutants per module, reproducibly: the candidates are sorted by (file, position, operator, occurrence) and drawn
+with `random.Random(S)`. Exotic operators (bitwise and shift operators, %, **) are left out of the candidates:
+they make code crash at once and would inflate the score. `--only-survivors-of` re-runs only the mutants that
+survived an earlier run (adding tests cannot revive a killed mutant, so the later run's killed set is the earlier
+one's plus these).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTEST = "python -m pytest -x -q -p no:cacheprovider -o addopts="
+
+# module -> (paths to mutate, definitions to mutate (None: all), test files before, test files added after)
+TARGETS: dict[str, dict] = {
+    "estimators": {
+        "paths": ["experiments/trainers/estimators.py"],
+        "definitions": None,
+        "before": ["tests/test_estimators.py"],
+        "after": ["tests/test_estimator_properties.py"],
+    },
+    "evaluation": {
+        "paths": ["experiments/evaluation.py"],
+        # The statistics and the scoring of evaluate_model; generation and the callback have their own tests.
+        "definitions": [
+            "pass_at_k",
+            "pass_at_k_per_problem",
+            "bootstrap_ci",
+            "hierarchical_bootstrap",
+            "bootstrap_p_value",
+            "holm",
+            "from_values",
+            "mean_reward",
+            "first_sample_passed",
+            "_estimate",
+            "first_sample_pass_at_1",
+            "metrics",
+            "summarize",
+            "evaluate_model",
+        ],
+        "before": ["tests/test_evaluation.py", "tests/test_evaluation_model.py"],
+        "after": ["tests/test_statistics_meaning.py", "tests/test_estimator_properties.py"],
+    },
+    "report": {
+        "paths": ["experiments/report.py"],
+        "definitions": [
+            "_headline_k",
+            "_first_passed",
+            "_per_problem",
+            "_matrix",
+            "_interval",
+            "_estimate",
+            "_delta_ci",
+            "_comparison",
+            "build_report",
+        ],
+        "before": ["tests/test_report.py"],
+        "after": ["tests/test_statistics_meaning.py"],
+    },
+    "config": {
+        "paths": ["experiments/config.py"],
+        "definitions": ["validate", "_generation_batch", "_world_size", "_apply_budget"],
+        "before": ["tests/test_config.py"],
+        "after": ["tests/test_validation_boundaries.py"],
+    },
+    "rewards": {
+        "paths": ["rewards"],
+        "definitions": None,
+        "before": ["tests/test_rewards.py", "tests/test_extraction.py", "tests/test_rewards_mapping.py"],
+        "after": ["tests/test_rewards_workers.py"],
+    },
+    "sandbox_verdict": {
+        "paths": ["sandbox/_zygote.py"],
+        # The verdict path: reply frames, the rpc and exec judges, and the mapping to a status and flags.
+        "definitions": [
+            "_frame",
+            "receive",
+            "wait_exit",
+            "judge_rpc",
+            "load_failure",
+            "judge_exec",
+            "run_task",
+        ],
+        "before": ["tests/test_sandbox.py"],
+        "after": ["tests/test_sandbox_verdicts.py"],
+    },
+}
+SKIP_OPERATORS = ("BitOr", "BitAnd", "BitXor", "LShift", "RShift", "_Pow", "_Mod", "Binary_Pow")
+
+
+def spec_key(m) -> str:
+    return (
+        f"{Path(m.module_path).as_posix()}:{m.start_pos[0]}:{m.start_pos[1]}:{m.operator_name}:{m.occurrence}"
+    )
+
+
+def export_tree(ref: str, dest: Path) -> None:
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+
+
+def add_files(src: Path, dest: Path, files: list[str]) -> None:
+    for f in files:
+        target = dest / f
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes((src / f).read_bytes())
+
+
+def run_module(
+    name: str,
+    target: dict,
+    tree: Path,
+    tests: list[str],
+    *,
+    sample: int,
+    seed: int,
+    only: set[str] | None,
+    timeout: float,
+) -> dict:
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+
+    work = tree / ".mutation" / name
+    work.mkdir(parents=True, exist_ok=True)
+    results: dict[str, dict] = {}
+    for path in target["paths"]:
+        cfg = work / f"{Path(path).name}.toml"
+        cfg.write_text(
+            "[cosmic-ray]\n"
+            f'module-path = "{path}"\n'
+            f"timeout = {timeout}\n"
+            "excluded-modules = []\n"
+            f'test-command = "{PYTEST} {" ".join(tests)}"\n'
+            '[cosmic-ray.distributor]\nname = "local"\n'
+        )
+        db_path = work / f"{Path(path).name}.sqlite"
+        subprocess.run(["cosmic-ray", "init", str(cfg), str(db_path)], cwd=tree, check=True)
+        with use_db(str(db_path), WorkDB.Mode.open) as db:
+            items = list(db.work_items)
+            candidates = []
+            for item in items:
+                m = item.mutations[0]
+                if any(s in m.operator_name for s in SKIP_OPERATORS):
+                    continue
+                if target["definitions"] is not None and m.definition_name not in target["definitions"]:
+                    continue
+                candidates.append((spec_key(m), item))
+            candidates.sort(key=lambda c: c[0])
+            results[path] = {"items": items, "candidates": candidates, "db": db_path, "cfg": cfg}
+    # One draw over all the module's files, so that a package (rewards/) gets `sample` mutants in all.
+    pool = [c for r in results.values() for c in r["candidates"]]
+    if only is not None:
+        chosen = {k for k, _ in pool if k in only}
+    else:
+        chosen = {k for k, _ in random.Random(seed).sample(pool, min(sample, len(pool)))}
+    survivors, killed, timeouts, n_run = [], 0, 0, 0
+    t0 = time.time()
+    for path, r in results.items():
+        keep = {item.job_id for k, item in r["candidates"] if k in chosen}
+        with use_db(str(r["db"]), WorkDB.Mode.open) as db:
+            for item in r["items"]:
+                if item.job_id not in keep:
+                    db.set_result(
+                        item.job_id, WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output="not sampled")
+                    )
+        if not keep:
+            continue
+        print(f"[{name}] {path}: {len(keep)} mutants with {' '.join(tests)}", flush=True)
+        subprocess.run(["cosmic-ray", "exec", str(r["cfg"]), str(r["db"])], cwd=tree, check=True)
+        with use_db(str(r["db"]), WorkDB.Mode.open) as db:
+            for item, result in db.completed_work_items:
+                if item.job_id not in keep:
+                    continue
+                n_run += 1
+                m = item.mutations[0]
+                if result.worker_outcome == WorkerOutcome.ABNORMAL:  # the tests hung: cosmic-ray's timeout
+                    timeouts += 1
+                    killed += 1
+                elif (
+                    result.test_outcome == TestOutcome.SURVIVED
+                    and result.worker_outcome == WorkerOutcome.NORMAL
+                ):
+                    survivors.append(
+                        {
+                            "key": spec_key(m),
+                            "definition": m.definition_name,
+                            "operator": m.operator_name,
+                            "diff": result.diff,
+                        }
+                    )
+                else:
+                    killed += 1
+    return {
+        "sampled": n_run,
+        "killed": killed,
+        "timeouts": timeouts,
+        "survived": len(survivors),
+        "score": killed / n_run if n_run else None,
+        "candidates": len(pool),
+        "tests": tests,
+        "definitions": target["definitions"],
+        "seconds": round(time.time() - t0, 1),
+        "survivors": sorted(survivors, key=lambda s: s["key"]),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ref", default="HEAD", help="the commit whose source (and tests) are mutated")
+    p.add_argument(
+        "--tests",
+        choices=("before", "after"),
+        default="after",
+        help="before: main's test files for each module; after: plus this branch's",
+    )
+    p.add_argument("--modules", nargs="*", default=list(TARGETS), choices=list(TARGETS))
+    p.add_argument(
+        "--definitions", nargs="*", help="mutate only these functions (overrides the module's list)"
+    )
+    p.add_argument("--sample", type=int, default=12, help="mutants drawn per module")
+    p.add_argument("--seed", type=int, default=17)
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant's test run")
+    p.add_argument(
+        "--only-survivors-of", type=Path, help="re-run only the survivors listed in this result file"
+    )
+    p.add_argument(
+        "--tests-from",
+        type=Path,
+        default=ROOT,
+        help="where the added test files are read (default: this checkout)",
+    )
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+
+    previous = json.loads(args.only_survivors_of.read_text()) if args.only_survivors_of else None
+    out: dict = {
+        "ref": args.ref,
+        "tests": args.tests,
+        "sample": args.sample,
+        "seed": args.seed,
+        "modules": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="passk-mutation-") as tmp:
+        tree = Path(tmp)
+        export_tree(args.ref, tree)
+        env_path = os.environ.get("PYTHONPATH", "")
+        os.environ["PYTHONPATH"] = str(tree) + (os.pathsep + env_path if env_path else "")
+        for name in args.modules:
+            target = dict(TARGETS[name])
+            if args.definitions:
+                target["definitions"] = list(args.definitions)
+            tests = list(target["before"])
+            if args.tests == "after":
+                added = [f for f in target["after"] if (args.tests_from / f).is_file()]
+                add_files(args.tests_from, tree, added)
+                tests += added
+            only = None
+            if previous is not None:
+                only = {s["key"] for s in previous["modules"].get(name, {}).get("survivors", [])}
+            res = run_module(
+                name, target, tree, tests, sample=args.sample, seed=args.seed, only=only, timeout=args.timeout
+            )
+            if previous is not None and name in previous["modules"]:
+                before = previous["modules"][name]
+                res["killed_earlier"] = before["killed"]
+                res["sampled"] = before["sampled"]
+                res["killed"] += before["killed"]
+                res["score"] = res["killed"] / res["sampled"] if res["sampled"] else None
+            out["modules"][name] = res
+            print(
+                f"[{name}] killed {res['killed']}/{res['sampled']} ({res['survived']} survived)", flush=True
+            )
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
