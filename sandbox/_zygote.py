@@ -806,6 +806,10 @@ def serve() -> None:
         call = requests.next()
         if call is None:
             os._exit(0)
+        if len(call) == 1:  # the judge's end-of-task check: echo its nonce (see judge_rpc)
+            _flush()
+            write_all(4, encode_reply(["end", call[0]]))
+            continue
         name = call[0]
         fn = g.get(name)
         try:
@@ -1626,7 +1630,15 @@ def judge_rpc(run: Run, task: dict, verdict: Verdict) -> tuple[str, str]:
         return "failed", str(e) or "assertion failed"
     except BaseException as e:
         return "runtime_error", f"{type(e).__name__}: {e}"
-    return units.summary()
+    status, message = units.summary()
+    if status == "passed":
+        # The candidate can write to the reply pipe itself: frames written ahead of the real ones (a forged
+        # "ok" and answers) would leave the harness's own frames unread. Only a pass can gain from that, so
+        # only a pass pays one more round trip: the next frame must echo a nonce sent now.
+        nonce = os.urandom(8).hex()
+        if run.request([nonce]) != ["end", nonce]:
+            raise Abort("protocol_violation", "frames the judge did not ask for")
+    return status, message
 
 
 def load_failure(reply: list, verdict: Verdict) -> tuple[str, str]:
