@@ -182,14 +182,17 @@ def _cut_after_function(prompt: str, completion: str) -> tuple[str, bool]:
     # Rows are 1-based; tokens that start on or before the prompt's last line belong to the prompt.
     prompt_lines = prompt.count("\n") + (0 if prompt.endswith("\n") or not prompt else 1)
     cut_line = None
+    started = bool(prompt)  # with no prompt, the completion's first statement starts the program: no cut there
     try:
         for tok in tokenize.generate_tokens(iter(lines).__next__):
             if tok.type in _SKIP_TOKENS:
                 continue
             row, col = tok.start
             if row > prompt_lines and col == 0:
-                cut_line = row
-                break
+                if started:
+                    cut_line = row
+                    break
+                started = True
     except (tokenize.TokenError, IndentationError, SyntaxError):
         pass
     if cut_line is None:

@@ -39,6 +39,17 @@ def test_completion_is_cut_at_first_top_level_statement() -> None:
     assert ex.code.rstrip() == (PROMPT + "    return a + b").rstrip()
 
 
+@pytest.mark.parametrize("prompt", [None, ""])
+def test_with_no_prompt_the_completion_is_the_program_up_to_its_next_top_level_statement(prompt) -> None:
+    """Forced completion style with no code prompt: the first statement starts the program (it is not cut to
+    nothing); the cut falls at the next top-level statement, as it would after a prompt."""
+    function = "def add(a, b):\n    return a + b\n"
+    whole = extract_code(prompt, function, "add", style="completion")
+    assert whole.ok and whole.code == function and not whole.cut
+    cut = extract_code(prompt, function + "print(add(1, 2))\n", "add", style="completion")
+    assert cut.ok and cut.code == function and cut.cut
+
+
 def test_column_zero_comment_and_string_lines_do_not_cut() -> None:
     body = '    s = """\nflush-left text inside a string\n"""\n# a comment at column 0\n    return a + b\n'
     ex = extract_code(PROMPT, body, "add")
