@@ -159,10 +159,16 @@ def test_resolve_model_unknown_names_fail_in_one_line(name, monkeypatch, tmp_pat
 
 
 def test_resolve_model_hub_id_passes_through_when_online(monkeypatch, tmp_path):
+    import socket
+
+    from huggingface_hub import constants
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")
-    assert resolve_model("Qwen/Qwen2.5-Coder-1.5B-Instruct") == "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+    with socket.create_server(("127.0.0.1", 0)) as hub:  # a loopback "hub" that accepts connections
+        monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{hub.getsockname()[1]}")
+        assert resolve_model("Qwen/Qwen2.5-Coder-1.5B-Instruct") == "Qwen/Qwen2.5-Coder-1.5B-Instruct"
 
 
 def test_load_model_and_tokenizer_is_ready_for_generation(tiny_model_dir):

@@ -24,10 +24,15 @@ BASE = (
 
 
 @pytest.fixture(scope="module")
-def parsed(tmp_path_factory: pytest.TempPathFactory):
+def base_yaml(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("cfg") / "base.yaml"
     path.write_text(BASE)
-    return parse_config([str(path)])
+    return path
+
+
+@pytest.fixture(scope="module")
+def parsed(base_yaml: Path):
+    return parse_config([str(base_yaml)])
 
 
 def _check(parsed, *, world_size: int = 1, cfg_fields: dict | None = None, **exp_fields) -> None:
@@ -103,10 +108,18 @@ def test_max_steps_or_epochs(parsed) -> None:
 
 
 # ---- the generation batch: group size, prompts, processes -------------------------------------------------
-def test_num_generations_needs_a_group_of_two(parsed) -> None:
-    _check(parsed, cfg_fields={"num_generations": 2, "generation_batch_size": 2})
+@pytest.mark.parametrize("method", ["grpo", "rloo", "reinforce", "vanilla_pg"])
+def test_num_generations_needs_a_group_of_two(base_yaml: Path, method: str) -> None:
+    """The bound is the config class's own, checked when the file is parsed: group baselines need 2."""
+    parse_config([str(base_yaml), "--method", method, "--num_generations", "2"])
     with pytest.raises(ConfigError, match=r"^num_generations:"):
-        _check(parsed, cfg_fields={"num_generations": 1, "generation_batch_size": 2})
+        parse_config([str(base_yaml), "--method", method, "--num_generations", "1"])
+
+
+def test_ppo_takes_one_completion_per_prompt(base_yaml: Path) -> None:
+    """PPO's baseline is its critic, so a group of one is a valid batch."""
+    _, cfg = parse_config([str(base_yaml), "--method", "ppo", "--num_generations", "1"])
+    assert cfg.num_generations == 1
 
 
 def test_n_train_exactly_filling_the_generation_batch(parsed) -> None:
