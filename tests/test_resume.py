@@ -1,6 +1,6 @@
 """Resume from the last checkpoint, every method: 2 steps + `--resume true` to 3 equals 3 steps straight.
 
-The runs start from the warm-started task model (rewards vary, so the update really moves the weights) and are
+The runs start from the warm-started task model (its rewards vary, so the updates really move the weights) and are
 exact on CPU: model, optimizer, scheduler, RNG state and, for PPO, the critic are restored from checkpoint-2.
 The step-3 metrics of the resumed run must equal those of an uninterrupted run, and the resumed run must have
 generated fewer batches (it really resumed instead of starting over: a fresh 3-step run would match too).
@@ -82,7 +82,9 @@ def test_resume_matches_an_uninterrupted_run(
         assert run["budget"][key] == straight_budget[key], key
 
     expected, got = _step(straight, 3), _step(resumed, 3)
-    assert expected["reward_std"] > 0 or expected["reward"] > 0  # a real update, not all-zero rewards
+    # A real update at the compared step (all-zero advantages would make it a no-op that any run matches). Not
+    # the rewards: PPO's critic gives advantages even when all 16 completions fail, as at its step 3 here.
+    assert expected["grad_norm"] > 0, expected
     if method == "ppo":  # the critic's numbers are compared too, so a lost critic would show
         assert any(k.startswith("ppo/v") for k in expected), sorted(expected)
     assert got == expected
