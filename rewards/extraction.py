@@ -1,7 +1,7 @@
 """Turn a model completion into the program the sandbox runs, or into a named reason why not.
 
-The seed blog warns that brittle extraction "can silently inject noise" into the reward. Every rule here is
-therefore explicit, and every failure carries a stable reason string that the reward functions count in their
+Brittle extraction silently injects noise into the reward (the seed experiment's warning; docs/provenance.md).
+Every rule here is therefore explicit, and every failure carries a stable reason string that the reward functions count in their
 metrics (``<prefix>/extract_<reason>_frac``). The reading is chosen by the content, the same for text and
 conversational completions:
 
@@ -182,7 +182,9 @@ def _cut_after_function(prompt: str, completion: str) -> tuple[str, bool]:
     # Rows are 1-based; tokens that start on or before the prompt's last line belong to the prompt.
     prompt_lines = prompt.count("\n") + (0 if prompt.endswith("\n") or not prompt else 1)
     cut_line = None
-    started = bool(prompt)  # with no prompt, the completion's first statement starts the program: no cut there
+    started = bool(
+        prompt
+    )  # with no prompt, the completion's first statement starts the program: no cut there
     try:
         for tok in tokenize.generate_tokens(iter(lines).__next__):
             if tok.type in _SKIP_TOKENS:
@@ -198,7 +200,7 @@ def _cut_after_function(prompt: str, completion: str) -> tuple[str, bool]:
     if cut_line is None:
         return completion, False
     kept = "".join(lines[: cut_line - 1])
-    return kept[len(prompt):], True
+    return kept[len(prompt) :], True
 
 
 def _universal_newlines(text: str) -> str:
