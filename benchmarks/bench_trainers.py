@@ -38,7 +38,10 @@ sys.path.insert(0, str(ROOT))
 
 # name -> (method in METHODS, config overrides)
 VARIANTS: dict[str, tuple[str, dict]] = {
-    "grpo": ("grpo", {"beta": 0.0}),  # the baseline without a reference model (the grpo row's default is 0.04)
+    "grpo": (
+        "grpo",
+        {"beta": 0.0},
+    ),  # the baseline without a reference model (the grpo row's default is 0.04)
     "grpo_beta": ("grpo", {"beta": 0.05}),
     "vanilla_pg": ("vanilla_pg", {}),
     "reinforce": ("reinforce", {}),
@@ -150,7 +153,9 @@ def worker(args: argparse.Namespace) -> dict:
     trainer.remove_callback(PrinterCallback)
     trainer.train()
     peak = torch.cuda.max_memory_allocated() if cuda else sampler.stop()
-    lengths = [h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h]
+    lengths = [
+        h["completions/mean_length"] for h in trainer.state.log_history if "completions/mean_length" in h
+    ]
     return {
         "variant": args.worker,
         "step_times": step_times,
@@ -237,7 +242,9 @@ def main() -> None:
     parser.add_argument("--methods", nargs="*", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=2, help="steps left out of the mean (must be even for PPO)")
+    parser.add_argument(
+        "--warmup", type=int, default=2, help="steps left out of the mean (must be even for PPO)"
+    )
     parser.add_argument("--batch", type=int, default=64, help="completions per step")
     parser.add_argument("--generations", type=int, default=8)
     parser.add_argument("--completion", type=int, default=32, help="tokens per completion")
@@ -266,14 +273,19 @@ def main() -> None:
             result["round"] = rd
             runs.append(result)
             mean = statistics.fmean(result["step_times"][args.warmup :])
-            print(f"round {rd} {variant:<16} {mean:.3f} s/step  peak +{result['peak_bytes'] / 2**20:.1f} MiB", flush=True)
+            print(
+                f"round {rd} {variant:<16} {mean:.3f} s/step  peak +{result['peak_bytes'] / 2**20:.1f} MiB",
+                flush=True,
+            )
     summary = summarize(runs, args.warmup)
     print()
     print_table(summary)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         settings = {k: v for k, v in vars(args).items() if k not in ("worker", "json_out", "out")}
-        args.out.write_text(json.dumps({"settings": settings, "summary": summary, "runs": runs}, indent=1, default=str))
+        args.out.write_text(
+            json.dumps({"settings": settings, "summary": summary, "runs": runs}, indent=1, default=str)
+        )
 
 
 if __name__ == "__main__":

@@ -68,17 +68,29 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.splitlines()[0])
     p.add_argument("--cpu", action="store_true", help="run on CPU (smoke test of this program)")
     p.add_argument("--tiny", action="store_true", help="the 2-layer tiny model instead of the 1.5B shape")
-    p.add_argument("--methods", default=None, help="comma-separated subset of METHODS (default: all; GRPO first)")
-    p.add_argument("--config", default=str(THROUGHPUT_CONFIG), help="the run config (default: throughput.yaml)")
-    p.add_argument("--spg", type=int, default=None, help="steps_per_generation (default: the config's; 2 --tiny)")
-    p.add_argument("--batch", type=int, default=None, help="completions per optimizer step (default: the config's)")
-    p.add_argument("--generations", type=int, default=None, help="completions per prompt (default: the config's)")
+    p.add_argument(
+        "--methods", default=None, help="comma-separated subset of METHODS (default: all; GRPO first)"
+    )
+    p.add_argument(
+        "--config", default=str(THROUGHPUT_CONFIG), help="the run config (default: throughput.yaml)"
+    )
+    p.add_argument(
+        "--spg", type=int, default=None, help="steps_per_generation (default: the config's; 2 --tiny)"
+    )
+    p.add_argument(
+        "--batch", type=int, default=None, help="completions per optimizer step (default: the config's)"
+    )
+    p.add_argument(
+        "--generations", type=int, default=None, help="completions per prompt (default: the config's)"
+    )
     p.add_argument("--max_completion_length", type=int, default=None, help="default: the config's; 8 --tiny")
     p.add_argument("--cycles", type=int, default=1, help="generation cycles timed per method")
     p.add_argument("--continuous-batching", dest="continuous_batching", action="store_true",
                    help="use_transformers_continuous_batching (paged attention) instead of generate")  # fmt: skip
     p.add_argument("--sandbox_programs", type=int, default=None, help="default 656 (164 x 4); 32 with --tiny")
-    p.add_argument("--layers", type=int, default=None, help="override the 1.5B shape's 28 layers (quick checks)")
+    p.add_argument(
+        "--layers", type=int, default=None, help="override the 1.5B shape's 28 layers (quick checks)"
+    )
     p.add_argument("--limit_s", type=float, default=480, help="stop and write what finished after this long")
     return p.parse_args(argv)
 
@@ -107,7 +119,9 @@ class GenerationTimer:
             t0 = timer._start()
             out = GenerationMixin_generate(model, *args, **kwargs)
             seqs = getattr(out, "sequences", out)
-            new = int(seqs.shape[0]) * max(int(seqs.shape[1]) - int(ids.shape[1]), 0) if ids is not None else 0
+            new = (
+                int(seqs.shape[0]) * max(int(seqs.shape[1]) - int(ids.shape[1]), 0) if ids is not None else 0
+            )
             timer._stop(t0, new)
             return out
 
@@ -117,7 +131,10 @@ class GenerationTimer:
             timer._stop(t0, sum(len(o.generated_tokens) for o in out.values()))
             return out
 
-        GenerationMixin_generate, ContinuousMixin_generate_batch = GenerationMixin.generate, ContinuousMixin.generate_batch
+        GenerationMixin_generate, ContinuousMixin_generate_batch = (
+            GenerationMixin.generate,
+            ContinuousMixin.generate_batch,
+        )
         GenerationMixin.generate, ContinuousMixin.generate_batch = timed_generate, timed_generate_batch
 
     def _start(self) -> float:
@@ -173,7 +190,11 @@ def build_model(root: Path, tiny: bool, cpu: bool, layers: int | None = None) ->
     if tiny:
         return str(tiny_dir)
     tok = AutoTokenizer.from_pretrained(tiny_dir)
-    ids = {"bos_token_id": tok.pad_token_id, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id}
+    ids = {
+        "bos_token_id": tok.pad_token_id,
+        "eos_token_id": tok.eos_token_id,
+        "pad_token_id": tok.pad_token_id,
+    }
     shape = QWEN_1_5B | ({"num_hidden_layers": layers, "max_window_layers": layers} if layers else {})
     t0 = time.perf_counter()
     torch.manual_seed(0)
@@ -212,7 +233,12 @@ def sandbox_rate(n_programs: int) -> dict:
     scores = reward.score(prompts, completions, **kw)
     seconds = time.perf_counter() - t0
     passed = sum(1 for s in scores if s == 1.0)
-    return {"programs": n_programs, "seconds": seconds, "programs_per_s": n_programs / seconds, "passed": passed}
+    return {
+        "programs": n_programs,
+        "seconds": seconds,
+        "programs_per_s": n_programs / seconds,
+        "passed": passed,
+    }
 
 
 def run_argv(a: argparse.Namespace, method: str, model: str, out_dir: Path, **overrides: Any) -> list[str]:
@@ -235,7 +261,9 @@ def run_argv(a: argparse.Namespace, method: str, model: str, out_dir: Path, **ov
             keys[key] = value
     if a.continuous_batching:
         keys["use_transformers_continuous_batching"] = "true"
-    if method == BASELINE:  # the targets' baseline is GRPO without a reference model (the grpo row's beta is 0.04)
+    if (
+        method == BASELINE
+    ):  # the targets' baseline is GRPO without a reference model (the grpo row's beta is 0.04)
         keys["beta"] = 0.0
     keys |= overrides
     return [a.config, *[x for k, v in keys.items() for x in (f"--{k}", str(v))]]
@@ -307,7 +335,9 @@ def verdicts(results: dict, full_scale: bool) -> list[str]:
             rate = row.get("generation_tokens_per_s")
             if rate is not None:
                 ok = rate >= TARGETS["generation_tokens_per_s"]
-                lines.append(f"{method} generation {rate:,.0f} tok/s (target >= 10,000): {'met' if ok else 'MISSED'}")
+                lines.append(
+                    f"{method} generation {rate:,.0f} tok/s (target >= 10,000): {'met' if ok else 'MISSED'}"
+                )
     return lines
 
 
@@ -346,7 +376,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Before anything touches CUDA: the reference rate of the sandbox.
         results["sandbox_before_cuda"] = sandbox_rate(n_programs)
-        print(f"sandbox before CUDA init: {results['sandbox_before_cuda']['programs_per_s']:.0f} programs/s", flush=True)
+        print(
+            f"sandbox before CUDA init: {results['sandbox_before_cuda']['programs_per_s']:.0f} programs/s",
+            flush=True,
+        )
         import torch
 
         if a.cpu:

@@ -107,14 +107,19 @@ def scheduled_rows(exp: Any, train_rows: Any, seed: int) -> Any:
     the trainer's shuffling off); else the rows unchanged."""
     if not exp.prompts_per_epoch:
         return train_rows
-    return train_rows.select(prompt_schedule(len(train_rows), exp.prompts_per_epoch, exp.budget_prompts, seed))
+    return train_rows.select(
+        prompt_schedule(len(train_rows), exp.prompts_per_epoch, exp.budget_prompts, seed)
+    )
 
 
 def _prompt_key(row: dict[str, Any]) -> str:
     task_id = row.get("task_id")
     if task_id is not None:
         return str(task_id)
-    return "sha256:" + hashlib.sha256(json.dumps(row.get("prompt"), sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return (
+        "sha256:"
+        + hashlib.sha256(json.dumps(row.get("prompt"), sort_keys=True, default=str).encode()).hexdigest()[:16]
+    )
 
 
 class SampleLog:

@@ -185,8 +185,12 @@ def _print_config(exp: Any, cfg: Any, *, show_all: bool = False) -> None:
     own = [f.name for f in dataclasses.fields(ExperimentArgs)]
     # The defaults as TRL resolves them (its __post_init__ fills some in), on the CPU as --check parses; the
     # device keys against the class's own defaults.
-    baseline = plain(type(cfg)(output_dir=str(cfg.output_dir), use_cpu=True, bf16=False, fp16=False).to_dict())
-    baseline.update({f.name: plain(_field_default(f)) for f in dataclasses.fields(cfg) if f.name in DEVICE_KEYS})
+    baseline = plain(
+        type(cfg)(output_dir=str(cfg.output_dir), use_cpu=True, bf16=False, fp16=False).to_dict()
+    )
+    baseline.update(
+        {f.name: plain(_field_default(f)) for f in dataclasses.fields(cfg) if f.name in DEVICE_KEYS}
+    )
     trainer = {k: v for k, v in data.items() if k not in own}
     unchanged = {k for k, v in trainer.items() if k in baseline and baseline[k] == v}
 
@@ -260,7 +264,9 @@ def cmd_eval(argv: Sequence[str]) -> int:
         data.pop("env", None)
         source = f"--config {config}"
     elif record is not None:
-        data = {k: v for k, v in json.loads(record.read_text()).get("config", {}).items() if k in RUN_EVAL_KEYS}
+        data = {
+            k: v for k, v in json.loads(record.read_text()).get("config", {}).items() if k in RUN_EVAL_KEYS
+        }
         source = f"the run's {record}"
     else:
         data, source = {}, None
@@ -270,7 +276,9 @@ def cmd_eval(argv: Sequence[str]) -> int:
         data = {k: v for k, v in data.items() if k in known}
         check_types(data, (ExperimentArgs, EvalArgs), str(config or record))
         parser.set_defaults_with_config(**data)
-    exp, ea, rest = parser.parse_args_into_dataclasses(args=join_negative_values(args), return_remaining_strings=True)
+    exp, ea, rest = parser.parse_args_into_dataclasses(
+        args=join_negative_values(args), return_remaining_strings=True
+    )
     if rest:
         key = rest[0].lstrip("-").split("=")[0]
         raise ConfigError(f"{key}: unknown option {rest[0]!r} for passk eval"
@@ -455,7 +463,9 @@ def cmd_demo(argv: Sequence[str]) -> int:
     if exp.warm_start_steps:
         print(f"passk demo: warm start ({exp.warm_start_steps} SFT steps, cached)", flush=True)
         warm_started_model(base, exp.warm_start_steps, seed=exp.split_seed)
-    report = compare(config, out, methods=methods, overrides=args, in_process=in_process, verbose=verbose, jobs=jobs)
+    report = compare(
+        config, out, methods=methods, overrides=args, in_process=in_process, verbose=verbose, jobs=jobs
+    )
     print(f"passk demo: {len(methods)} methods in {time.time() - t0:.0f}s")
     print(f"passk demo: report: {report}")
     return 0

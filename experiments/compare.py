@@ -96,13 +96,24 @@ def compare(
         for method in methods:
             name = f"{method}-seed{run_seed}" if len(seed_list) > 1 else method
             seed_args = ["--seed", run_seed] if run_seed is not None else []
-            argv = [config, "--method", method, *per_method[method], *seed_args, "--output_dir", str(out / name)]
+            argv = [
+                config,
+                "--method",
+                method,
+                *per_method[method],
+                *seed_args,
+                "--output_dir",
+                str(out / name),
+            ]
             exp, cfg = parse_config(argv)
             check_output_dir(exp, cfg)  # fail before any run
             runs.append((name, out / name, argv))
             steps[name] = cfg.max_steps
     for key, lacking in not_in.items():
-        print(f"passk compare: --{key} goes to {', '.join(m for m in methods if m not in lacking)} only", flush=True)
+        print(
+            f"passk compare: --{key} goes to {', '.join(m for m in methods if m not in lacking)} only",
+            flush=True,
+        )
     out.mkdir(parents=True, exist_ok=True)
     heads = {name: f"passk compare [{i}/{len(runs)}] {name}" for i, (name, _, _) in enumerate(runs, 1)}
     if in_process:
@@ -145,5 +156,9 @@ def _run_processes(runs: Sequence[tuple[str, Path, list[str]]], heads: dict[str,
     run_children(children, jobs=jobs, board=board, on_start=started, on_done=done)
     for child in children:
         if child.returncode not in (0, None):
-            tail = "" if child.log is None else "".join(child.log.read_text(errors="replace").splitlines(True)[-15:])
+            tail = (
+                ""
+                if child.log is None
+                else "".join(child.log.read_text(errors="replace").splitlines(True)[-15:])
+            )
             raise CliError(f"{child.label}: training exited with status {child.returncode}\n{tail}")

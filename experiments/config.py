@@ -152,13 +152,16 @@ class ExperimentArgs:
     system_prompt: str | None = field(default=None, metadata={"help": "System message (chat style)."})
     warm_start_steps: int = field(default=0, metadata={"help": "SFT steps on the learnable task before RL."})
     budget_prompts: int = field(
-        default=0, metadata={"help": "Fresh prompts to sample; derives each method's max_steps (0: max_steps)."}
+        default=0,
+        metadata={"help": "Fresh prompts to sample; derives each method's max_steps (0: max_steps)."},
     )
     prompts_per_epoch: int = field(
-        default=0, metadata={"help": "Seed schedule: a fresh random draw of N prompts per epoch (0: TRL's sampler)."}
+        default=0,
+        metadata={"help": "Seed schedule: a fresh random draw of N prompts per epoch (0: TRL's sampler)."},
     )
     model_generation_config: bool = field(
-        default=False, metadata={"help": "Sample with the model's own generation_config (top_k, repetition_penalty)."}
+        default=False,
+        metadata={"help": "Sample with the model's own generation_config (top_k, repetition_penalty)."},
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["unit_test"],
@@ -236,7 +239,9 @@ def load_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).strip().splitlines()[0]
         context = getattr(e, "context", None)
-        raise ConfigError(f"config: {p}{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")) from None
+        raise ConfigError(
+            f"config: {p}{where}: not valid YAML: {problem}" + (f" ({context})" if context else "")
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"config: {p} must hold a mapping of keys to values")
     return data
@@ -486,7 +491,10 @@ def parse_config(
     parser = trl_parser_cls()((ExperimentArgs, config_cls), allow_abbrev=False)
     layered = {**PASSK_TRAINER_DEFAULTS, **dict(spec.defaults), **data}
     if device_free:
-        asked = {k: _as_bool(cli_value(cli, k)) if cli_value(cli, k) is not None else layered.get(k) for k in DEVICE_KEYS}
+        asked = {
+            k: _as_bool(cli_value(cli, k)) if cli_value(cli, k) is not None else layered.get(k)
+            for k in DEVICE_KEYS
+        }
         cli = _drop_flags(cli, DEVICE_KEYS)
         layered.update(use_cpu=True, bf16=False, fp16=False)
     parser.set_defaults_with_config(**layered)
@@ -529,11 +537,17 @@ def _apply_budget(exp: ExperimentArgs, cfg: Any, explicit: set[str]) -> None:
         cfg.max_steps = derive_max_steps(exp.budget_prompts, cfg)
     if exp.prompts_per_epoch:
         if not exp.budget_prompts:
-            raise ConfigError("prompts_per_epoch: the schedule needs budget_prompts (how many prompts it holds)")
+            raise ConfigError(
+                "prompts_per_epoch: the schedule needs budget_prompts (how many prompts it holds)"
+            )
         if exp.prompts_per_epoch > exp.n_train:
-            raise ConfigError(f"prompts_per_epoch: {exp.prompts_per_epoch} is more than n_train ({exp.n_train})")
+            raise ConfigError(
+                f"prompts_per_epoch: {exp.prompts_per_epoch} is more than n_train ({exp.n_train})"
+            )
         if "shuffle_dataset" in explicit and cfg.shuffle_dataset:
-            raise ConfigError("shuffle_dataset: must be false with prompts_per_epoch (the schedule sets the order)")
+            raise ConfigError(
+                "shuffle_dataset: must be false with prompts_per_epoch (the schedule sets the order)"
+            )
         cfg.shuffle_dataset = False
     if exp.model_generation_config:
         taken = [k for k in MODEL_SAMPLING_KEYS if k in explicit]
@@ -586,8 +600,10 @@ NUMERIC_RANGES: dict[str, tuple[float | None, float | None, str]] = {
     **{k: (0, None, ">= 0") for k in _AT_LEAST_0},
     **{k: (0, None, "> 0") for k in _ABOVE_0},
     **{k: (1, None, ">= 1") for k in _AT_LEAST_1},
-    **{k: (0, 1, "in [0, 1]") for k in ("min_p", "top_entropy_quantile", "ref_model_mixup_alpha", "lam", "gamma",
-                                        "warmup_ratio")},  # fmt: skip
+    **{
+        k: (0, 1, "in [0, 1]")
+        for k in ("min_p", "top_entropy_quantile", "ref_model_mixup_alpha", "lam", "gamma", "warmup_ratio")
+    },  # fmt: skip
     **{k: (0, 1, "in (0, 1]") for k in ("top_p", "vllm_gpu_memory_utilization")},
     **{k: (0, 1, "in [0, 1)") for k in ("adam_beta1", "adam_beta2")},
     "max_steps": (-1, None, ">= -1 (-1: num_train_epochs decides)"),
@@ -696,7 +712,9 @@ def check_output_dir(exp: ExperimentArgs, cfg: Any) -> None:
     `resume_from_checkpoint`) or replaces it (`overwrite`): a run would overwrite the model and run.json and leave
     the earlier run's checkpoints beside its own."""
     if exp.overwrite and (exp.resume or getattr(cfg, "resume_from_checkpoint", None)):
-        raise ConfigError("overwrite: set either overwrite (start afresh) or resume (continue the run), not both")
+        raise ConfigError(
+            "overwrite: set either overwrite (start afresh) or resume (continue the run), not both"
+        )
     out = Path(cfg.output_dir)
     if exp.overwrite or exp.resume or getattr(cfg, "resume_from_checkpoint", None) or not out.is_dir():
         return

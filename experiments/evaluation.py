@@ -645,7 +645,9 @@ def evaluate_model(
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def eval_kwargs(exp: ExperimentArgs, seed: int, generation_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+def eval_kwargs(
+    exp: ExperimentArgs, seed: int, generation_kwargs: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """`evaluate_model` keyword arguments from the config (the same before, during and after training);
     `generation_kwargs` are the model's sampling values when `model_generation_config` keeps them in force."""
     return {
@@ -681,7 +683,9 @@ def evaluate_to_file(
 ) -> dict[str, Any]:
     """`evaluate_model` with the config's settings (`eval_kwargs`), with a progress bar; the result's `to_dict()` is
     written to `out` (eval_before.json, eval_after.json, passk eval's file), logged in one line and returned."""
-    result = evaluate_model(model, tokenizer, rows, progress=True, **eval_kwargs(exp, seed, generation_kwargs))
+    result = evaluate_model(
+        model, tokenizer, rows, progress=True, **eval_kwargs(exp, seed, generation_kwargs)
+    )
     data = result.to_dict()
     write_json(out, data)
     logger.info("%s: %s", out.name, ", ".join(f"{k}={v:.4f}" for k, v in result.scalars("").items()))

@@ -471,7 +471,9 @@ def load_model_and_tokenizer(
         tokenizer = AutoTokenizer.from_pretrained(path)
     except OSError as e:  # transformers' several-paragraph "couldn't connect" message, in one line
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelError(f"model {path!r} could not be loaded: {first} (set HF_HUB_OFFLINE=1 to fail fast offline)") from e
+        raise ModelError(
+            f"model {path!r} could not be loaded: {first} (set HF_HUB_OFFLINE=1 to fail fast offline)"
+        ) from e
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -148,7 +148,6 @@ class ConsoleProgress(TrainerCallback):
         self._last_write = now
 
 
-
 def _isatty(stream: Any) -> bool:
     try:
         return bool(stream.isatty())
@@ -312,7 +311,9 @@ def run_children(
                     run.stop()
                 running.clear()
     finally:
-        for run in running:  # interrupted (Ctrl-C): the children got it too; let them write where they stopped
+        for (
+            run
+        ) in running:  # interrupted (Ctrl-C): the children got it too; let them write where they stopped
             run.stop(grace=10.0)
         sel.close()
     return list(children)

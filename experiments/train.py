@@ -300,10 +300,14 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
                 # the same numbers a second evaluation would produce, without its cost.
                 after = periodic.last_result.to_dict()
                 write_json(out / "eval_after.json", after)
-                logger.info("eval_after.json: the step-%d evaluation of PassAtKCallback", trainer.state.global_step)
+                logger.info(
+                    "eval_after.json: the step-%d evaluation of PassAtKCallback", trainer.state.global_step
+                )
             elif model is not None:
                 note(f"{label} evaluating the trained model on {len(eval_rows)} problems")
-                after = evaluate_to_file(model, eval_tok, eval_rows, exp, cfg.seed, out / "eval_after.json", eval_gen)
+                after = evaluate_to_file(
+                    model, eval_tok, eval_rows, exp, cfg.seed, out / "eval_after.json", eval_gen
+                )
         state.wait_for_everyone()
 
     if state.is_main_process:
@@ -369,7 +373,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         if main_rank:
-            print(interrupted_message(args, cfg) if cfg is not None else "passk: interrupted", file=sys.stderr)
+            print(
+                interrupted_message(args, cfg) if cfg is not None else "passk: interrupted", file=sys.stderr
+            )
         return 130
     if main_rank:
         print(f"passk: run written to {out}")

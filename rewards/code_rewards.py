@@ -215,7 +215,9 @@ class CodeReward:
         raise NotImplementedError
 
     # ---- one batch ---------------------------------------------------------------------------------------
-    def _prepare(self, prompts: Sequence[Any] | None, completions: Sequence[Any], columns: dict[str, Any]) -> _Batch:
+    def _prepare(
+        self, prompts: Sequence[Any] | None, completions: Sequence[Any], columns: dict[str, Any]
+    ) -> _Batch:
         """Extract each completion's program and build the sandbox tasks; ``columns`` are the dataset columns
         this reward reads (a name whose value is None is not in the dataset)."""
         if completions is None:
@@ -286,18 +288,28 @@ class CodeReward:
             log_extra(f"{self.metric_prefix}/status", labels)
         return rewards
 
-    async def _ascore(self, prompts: Sequence[Any] | None, completions: Sequence[Any] | None,
-                      columns: dict[str, Any], log_metric: Callable[[str, float], Any] | None,
-                      log_extra: Callable[[str, list], Any] | None) -> RewardList:
+    async def _ascore(
+        self,
+        prompts: Sequence[Any] | None,
+        completions: Sequence[Any] | None,
+        columns: dict[str, Any],
+        log_metric: Callable[[str, float], Any] | None,
+        log_extra: Callable[[str, list], Any] | None,
+    ) -> RewardList:
         batch = self._prepare(prompts, completions, columns)
         results: list[Any] = []
         if batch.tasks:
             results = list(await self.get_sandbox().arun_batch(batch.tasks))
         return self._finish(batch, results, log_metric, log_extra)
 
-    def _score(self, prompts: Sequence[Any] | None, completions: Sequence[Any] | None, columns: dict[str, Any],
-               log_metric: Callable[[str, float], Any] | None,
-               log_extra: Callable[[str, list], Any] | None) -> RewardList:
+    def _score(
+        self,
+        prompts: Sequence[Any] | None,
+        completions: Sequence[Any] | None,
+        columns: dict[str, Any],
+        log_metric: Callable[[str, float], Any] | None,
+        log_extra: Callable[[str, list], Any] | None,
+    ) -> RewardList:
         batch = self._prepare(prompts, completions, columns)
         results: list[Any] = []
         if batch.tasks:
@@ -432,8 +444,10 @@ class StdioTestReward(CodeReward):
         if self.format is not None:  # named: its own columns must be there (else every row would be None)
             needs = FORMATS[format_name(self.format)]
             if not any(c in present for c in needs):
-                raise ValueError(f"{self.__name__}: format {self.format!r} reads {' / '.join(needs)}, which this "
-                                 f"dataset lacks (it has: {', '.join(columns) or 'nothing'})")
+                raise ValueError(
+                    f"{self.__name__}: format {self.format!r} reads {' / '.join(needs)}, which this "
+                    f"dataset lacks (it has: {', '.join(columns) or 'nothing'})"
+                )
         elif not present:
             try:
                 detect_format(columns)
@@ -454,7 +468,9 @@ class StdioTestReward(CodeReward):
     ) -> RewardList:
         """Score a batch without blocking the event loop on execution (TRL's async reward path); the test
         columns come in ``kwargs``, as TRL passes every dataset column."""
-        return await self._ascore(prompts, completions, self._columns(code_prompt, kwargs), log_metric, log_extra)
+        return await self._ascore(
+            prompts, completions, self._columns(code_prompt, kwargs), log_metric, log_extra
+        )
 
     def score(
         self,
@@ -474,8 +490,15 @@ class StdioTestReward(CodeReward):
         return None  # whole programs (a call-based row's function may be a method of class Solution)
 
     def _task(self, program: str, tests: Any, code_prompt: str | None) -> dict[str, Any]:
-        return task_for(program, tests, timeout=self.timeout, total_timeout=self.total_timeout,
-                        stop_on_failure=self.stop_on_failure, compare=self.compare, float_tol=self.float_tol)
+        return task_for(
+            program,
+            tests,
+            timeout=self.timeout,
+            total_timeout=self.total_timeout,
+            stop_on_failure=self.stop_on_failure,
+            compare=self.compare,
+            float_tol=self.float_tol,
+        )
 
     def _row_reward(self, ex: Extraction, result: Any | None, tests: Any) -> float:
         return all_passed(result)
@@ -512,29 +535,54 @@ def make_reward(kind: str, name: str | None = None, **config: Any) -> CodeReward
 
 
 # The named factories are make_reward with the kind filled in (and the sandbox settings positional, as before).
-def make_unit_test_reward(timeout: float = 3.0, memory_mb: int = 1024, n_workers: int | None = None,
-                          name: str | None = None, **config: Any) -> CodeReward:
+def make_unit_test_reward(
+    timeout: float = 3.0,
+    memory_mb: int = 1024,
+    n_workers: int | None = None,
+    name: str | None = None,
+    **config: Any,
+) -> CodeReward:
     """``make_reward("unit_test", ...)``: 1.0 iff all tests pass."""
     return make_reward("unit_test", name, timeout=timeout, memory_mb=memory_mb, n_workers=n_workers, **config)
 
 
-def make_partial_test_reward(timeout: float = 3.0, memory_mb: int = 1024, n_workers: int | None = None,
-                             name: str | None = None, **config: Any) -> CodeReward:
+def make_partial_test_reward(
+    timeout: float = 3.0,
+    memory_mb: int = 1024,
+    n_workers: int | None = None,
+    name: str | None = None,
+    **config: Any,
+) -> CodeReward:
     """``make_reward("partial_test", ...)``: the fraction of asserts that pass."""
-    return make_reward("partial_test", name, timeout=timeout, memory_mb=memory_mb, n_workers=n_workers, **config)
+    return make_reward(
+        "partial_test", name, timeout=timeout, memory_mb=memory_mb, n_workers=n_workers, **config
+    )
 
 
-def make_stdio_test_reward(timeout: float = 3.0, memory_mb: int = 1024, n_workers: int | None = None,
-                           name: str | None = None, **config: Any) -> CodeReward:
+def make_stdio_test_reward(
+    timeout: float = 3.0,
+    memory_mb: int = 1024,
+    n_workers: int | None = None,
+    name: str | None = None,
+    **config: Any,
+) -> CodeReward:
     """``make_reward("stdio_test", ...)``: 1.0 iff every stdin/stdout case passes (``timeout`` per case)."""
-    return make_reward("stdio_test", name, timeout=timeout, memory_mb=memory_mb, n_workers=n_workers, **config)
+    return make_reward(
+        "stdio_test", name, timeout=timeout, memory_mb=memory_mb, n_workers=n_workers, **config
+    )
 
 
-def make_stdio_partial_reward(timeout: float = 3.0, memory_mb: int = 1024, n_workers: int | None = None,
-                              name: str | None = None, **config: Any) -> CodeReward:
+def make_stdio_partial_reward(
+    timeout: float = 3.0,
+    memory_mb: int = 1024,
+    n_workers: int | None = None,
+    name: str | None = None,
+    **config: Any,
+) -> CodeReward:
     """``make_reward("stdio_partial", ...)``: the fraction of stdin/stdout cases that pass."""
-    return make_reward("stdio_partial", name, timeout=timeout, memory_mb=memory_mb, n_workers=n_workers,
-                       **config)
+    return make_reward(
+        "stdio_partial", name, timeout=timeout, memory_mb=memory_mb, n_workers=n_workers, **config
+    )
 
 
 def make_format_reward(name: str | None = None, *, style: str = "auto") -> CodeReward:

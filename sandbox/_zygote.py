@@ -83,7 +83,9 @@ SCRATCH_MB = 64  # /tmp of a candidate: tmpfs size (its memory is not covered by
 SCRATCH_INODES = 4096  # files + directories in /tmp: bounds what the kernel frees when the task ends
 FILE_SIZE = 16 << 20  # RLIMIT_FSIZE: no file, pipe aside, grows past this (writes fail with EFBIG)
 OPEN_FILES = 64  # RLIMIT_NOFILE: pipes, sockets, memfds; with FILE_SIZE it bounds memfd memory to 1 GiB
-CPU_SLACK = 1  # RLIMIT_CPU = ceil(timeout) + 1 s: the wall-clock kill comes first; this bounds a stalled judge
+CPU_SLACK = (
+    1  # RLIMIT_CPU = ceil(timeout) + 1 s: the wall-clock kill comes first; this bounds a stalled judge
+)
 ALARM_SLACK = 1.0  # the judge's own backstop (SIGALRM) for trusted code that never returns
 CASE_CHUNK = 1 << 16  # bytes of a stdin/stdout case's input written per wake-up (one pipe buffer)
 CASE_SHOWN = 4096  # bytes of a failing case's stdout and stderr kept in the result
@@ -103,9 +105,22 @@ CANDIDATE_RLIMITS = (
 SERVER_RLIMITS = tuple((lim, value) for lim, value in CANDIDATE_RLIMITS if lim != resource.RLIMIT_NPROC)
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = (
-    0x00020000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
+    0x00020000,
+    0x08000000,
+    0x10000000,
+    0x20000000,
+    0x40000000,
+)
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
-    1, 2, 4, 8, 32, 4096, 1 << 14, 1 << 18)
+    1,
+    2,
+    4,
+    8,
+    32,
+    4096,
+    1 << 14,
+    1 << 18,
+)
 MS_KEEP = 16 | 64 | 1024 | 2048 | 4096  # synchronous, mandlock, noatime, nodiratime, relatime (= ST_* flags)
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_GET_DUMPABLE, PR_SET_DUMPABLE, PR_SET_NAME = 1, 3, 4, 15
@@ -128,8 +143,16 @@ def _check(ret: int, what: str) -> int:
 
 
 def mount(src, target, fstype, flags, data=None):
-    _check(libc.mount(src and src.encode(), target.encode(), fstype and fstype.encode(), ctypes.c_ulong(flags),
-                      data and data.encode()), f"mount {target}")
+    _check(
+        libc.mount(
+            src and src.encode(),
+            target.encode(),
+            fstype and fstype.encode(),
+            ctypes.c_ulong(flags),
+            data and data.encode(),
+        ),
+        f"mount {target}",
+    )
 
 
 def unshare(flags: int) -> None:
@@ -338,8 +361,19 @@ F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW, F_SETLEASE, F_NOTIFY = 36, 37, 38, 1024,
 # capability inside), network, UTS, cgroup and time.
 UNSHARE_DENY_BITS = (0x10000000, 0x40000000, 0x04000000, 0x02000000, 0x00000080)
 MOUNT_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC  # the only flag set a mount may use after the root is built
-FCNTL_DENY = (F_GETLK, F_SETLK, F_SETLKW, F_SETOWN, F_SETSIG, F_SETOWN_EX, F_OFD_GETLK, F_OFD_SETLK,
-              F_OFD_SETLKW, F_SETLEASE, F_NOTIFY)  # record locks (a channel), async signal delivery, leases
+FCNTL_DENY = (
+    F_GETLK,
+    F_SETLK,
+    F_SETLKW,
+    F_SETOWN,
+    F_SETSIG,
+    F_SETOWN_EX,
+    F_OFD_GETLK,
+    F_OFD_SETLK,
+    F_OFD_SETLKW,
+    F_SETLEASE,
+    F_NOTIFY,
+)  # record locks (a channel), async signal delivery, leases
 
 
 class ArgCmp(ctypes.Structure):
@@ -387,8 +421,13 @@ def compile_seccomp():
     lib = ctypes.CDLL("libseccomp.so.2")
     lib.seccomp_init.restype = ctypes.c_void_p
     lib.seccomp_init.argtypes = [ctypes.c_uint32]
-    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint,
-                                           ctypes.POINTER(ArgCmp)]
+    lib.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(ArgCmp),
+    ]
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
     lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
     lib.seccomp_release.argtypes = [ctypes.c_void_p]
@@ -478,8 +517,14 @@ def loaded_files(extra_paths=()):
     os.close(r)
     os.waitpid(pid, 0)
     names, mapped = json.loads(data)
-    keep = [p for p in names + mapped if p.startswith("/") and not p.startswith(("/proc/", "/dev/", "/tmp/"))
-            and "(deleted)" not in p and os.path.isfile(p)]
+    keep = [
+        p
+        for p in names + mapped
+        if p.startswith("/")
+        and not p.startswith(("/proc/", "/dev/", "/tmp/"))
+        and "(deleted)" not in p
+        and os.path.isfile(p)
+    ]
     return sorted(set(keep))
 
 
@@ -507,8 +552,11 @@ def stdlib_dirs():
     return list(STDLIB_DIRS)
 
 
-STDLIB_DIRS = [p for p in sys.path if p and os.path.isdir(p)
-               and os.path.abspath(p) != os.path.dirname(os.path.abspath(__file__))]
+STDLIB_DIRS = [
+    p
+    for p in sys.path
+    if p and os.path.isdir(p) and os.path.abspath(p) != os.path.dirname(os.path.abspath(__file__))
+]
 
 
 class RootBuilder:
@@ -520,6 +568,7 @@ class RootBuilder:
 
     def visible(self, path):
         """Whether ``path`` is already there: under a bound path, and not under an (empty) cover below it."""
+
         def depth(prefixes):
             return max((len(b) for b in prefixes if path == b or path.startswith(b + "/")), default=-1)
 
@@ -546,8 +595,11 @@ class RootBuilder:
                 if not os.path.lexists(inside):
                     os.symlink(target, inside)
                 rest = "/".join(parts[i + 1 :])
-                resolved = os.path.join(os.path.dirname(host), target, rest) if rest else \
-                    os.path.join(os.path.dirname(host), target)
+                resolved = (
+                    os.path.join(os.path.dirname(host), target, rest)
+                    if rest
+                    else os.path.join(os.path.dirname(host), target)
+                )
                 return self.add(resolved, hops + 1)
             if i < len(parts) - 1:
                 if not stat.S_ISDIR(st.st_mode):
@@ -616,8 +668,12 @@ def build_root(extra_paths):
         except OSError:
             os.close(os.open(f"{root}/dev/{name}", os.O_CREAT | os.O_WRONLY, 0o444))
             mount(f"/dev/{name}", f"{root}/dev/{name}", None, MS_BIND)
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-                         ("stderr", "/proc/self/fd/2")):
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
         os.symlink(target, f"{root}/dev/{name}")
     mount(None, root + "/dev", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC)
     for name in ("proc", "tmp"):
@@ -687,7 +743,9 @@ def candidate_setup(fds: tuple[int, ...], uid: int | None, layers: dict, scratch
     # rpc/exec: 0 stdin=/dev/null, 1 stdout, 2 stderr, 3 requests, 4 replies; a stdin/stdout case: 0 its
     # input, 1 stdout, 2 stderr and nothing else (not the case server's link to the judge).
     for target, fd in enumerate(fds):
-        os.dup2(fd, target)  # the sources are above every target (>= RESERVED_FDS, or the case server's pipes)
+        os.dup2(
+            fd, target
+        )  # the sources are above every target (>= RESERVED_FDS, or the case server's pipes)
     os.closerange(len(fds), MAX_FD)
     os.chdir(layers["scratch"])  # tempfile finds it too: it is /tmp
     for lim, value in CANDIDATE_RLIMITS:
@@ -767,7 +825,11 @@ def serve() -> None:
             os._exit(0)
     try:
         code = compile(msg.pop("program"), "<candidate>", "exec")
-    except (SyntaxError, ValueError, RecursionError) as e:  # ValueError: null bytes; RecursionError: too nested
+    except (
+        SyntaxError,
+        ValueError,
+        RecursionError,
+    ) as e:  # ValueError: null bytes; RecursionError: too nested
         _reply(["load", "syntax_error", type(e).__name__, str(e)[:500]])
         os._exit(0)
     except MemoryError:
@@ -841,7 +903,9 @@ def case_server(fds: tuple[int, ...], uid: int | None, layers: dict, scratch_opt
     spawner it was forked from does, and is not bound by RLIMIT_NPROC = 0 (its cases are)."""
     set_name(b"passk-cases")
     os.setsid()
-    for target, fd in enumerate(fds):  # 0 /dev/null, 1 stdout, 2 stderr, 3 requests, 4 replies, 5 case control
+    for target, fd in enumerate(
+        fds
+    ):  # 0 /dev/null, 1 stdout, 2 stderr, 3 requests, 4 replies, 5 case control
         os.dup2(fd, target)
     os.closerange(len(fds), MAX_FD)
     for lim, value in SERVER_RLIMITS:
@@ -943,8 +1007,10 @@ def spawner_main(sock, uids: tuple, layers: dict, pid_ns: int) -> None:
             os.fstat(fd)
         except OSError:
             os.dup2(devnull, fd)
-    scratch_opts = [f"size={SCRATCH_MB}m,nr_inodes={SCRATCH_INODES},mode=0700" + (f",uid={u},gid={u}" if u else "")
-                    for u in uids]
+    scratch_opts = [
+        f"size={SCRATCH_MB}m,nr_inodes={SCRATCH_INODES},mode=0700" + (f",uid={u},gid={u}" if u else "")
+        for u in uids
+    ]
     children = {}  # pid -> pidfd, until reaped
     waiting = {}  # pid -> reply wanted
     poller = select.poll()
@@ -989,7 +1055,9 @@ def spawner_main(sock, uids: tuple, layers: dict, pid_ns: int) -> None:
         return pid, handed
 
     def hand_out(pid, fds):
-        sock.sendmsg([b"%d" % pid], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
+        sock.sendmsg(
+            [b"%d" % pid], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
+        )
         for fd_ in fds:
             if fd_ != fds[4]:  # the pidfd stays until the child is reaped
                 os.close(fd_)
@@ -1155,8 +1223,11 @@ class UnencodableValue(AssertionError):
 # Remote exceptions re-raised in the judge under their builtin name; the rest become RuntimeError.
 # StopIteration would silently end a test's loop over map(candidate, ...), so it is excluded on purpose.
 SAFE_EXCEPTIONS = {
-    n: c for n, c in vars(builtins).items()
-    if isinstance(c, type) and issubclass(c, Exception) and not issubclass(c, (StopIteration, StopAsyncIteration))
+    n: c
+    for n, c in vars(builtins).items()
+    if isinstance(c, type)
+    and issubclass(c, Exception)
+    and not issubclass(c, (StopIteration, StopAsyncIteration))
 }
 
 
@@ -1351,12 +1422,15 @@ class RemoteFunction:
         try:
             a, k = encode_value(list(args)), encode_value(kwargs)
         except Unencodable as e:
-            raise Abort("sandbox_error",
-                        f"the tests pass a {e} to {self.name}(); run this task with mode='exec'") from None
+            raise Abort(
+                "sandbox_error", f"the tests pass a {e} to {self.name}(); run this task with mode='exec'"
+            ) from None
         prefetched = self.run.prefetched
         if prefetched:  # this call was sent with the task: its answer is next in the pipe
             if prefetched[0] != (self.name, a, k):
-                raise Abort("sandbox_error", "internal error: the tests' calls differ from the ones sent ahead")
+                raise Abort(
+                    "sandbox_error", "internal error: the tests' calls differ from the ones sent ahead"
+                )
             prefetched.popleft()
             reply = self.run.receive()
         else:
@@ -1425,7 +1499,10 @@ class Units:
         """(status, message) once the tests ran to their end."""
         if self.errors:
             failed = f", {self.failed} failed" if self.failed else ""
-            return "runtime_error", f"{self.first_error}; {self.errors}/{self.total} assert units raised{failed}"
+            return (
+                "runtime_error",
+                f"{self.first_error}; {self.errors}/{self.total} assert units raised{failed}",
+            )
         if self.failed:
             return "failed", f"{self.failed}/{self.total} assert units failed; first: {self.first_failure}"
         return "passed", f"{self.passed}/{self.total} assert units passed"
@@ -1470,13 +1547,22 @@ def _unit(stmt):
         return at(ast.Expr(at(ast.Call(func, list(args), []))))
 
     line = at(ast.Constant(stmt.lineno))
-    return at(ast.Try(
-        body=[stmt],
-        handlers=[at(ast.ExceptHandler(name("__passk_abort__"), None, [at(ast.Raise())])),
-                  at(ast.ExceptHandler(name("AssertionError"), None, [units("fail", line)])),
-                  at(ast.ExceptHandler(name("BaseException"), "__passk_e",
-                                       [units("error", line, name("__passk_e"))]))],
-        orelse=[units("ok")], finalbody=[]))
+    return at(
+        ast.Try(
+            body=[stmt],
+            handlers=[
+                at(ast.ExceptHandler(name("__passk_abort__"), None, [at(ast.Raise())])),
+                at(ast.ExceptHandler(name("AssertionError"), None, [units("fail", line)])),
+                at(
+                    ast.ExceptHandler(
+                        name("BaseException"), "__passk_e", [units("error", line, name("__passk_e"))]
+                    )
+                ),
+            ],
+            orelse=[units("ok")],
+            finalbody=[],
+        )
+    )
 
 
 _prepared = {}
@@ -1530,13 +1616,19 @@ def _prefetch_plan(check):
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             test = test.operand
         first = test.left if isinstance(test, ast.Compare) else test
-        others = [n for n in ([*test.comparators] if isinstance(test, ast.Compare) else []) + [stmt.msg]
-                  if n is not None]
-        if (first is not call or not isinstance(call.func, ast.Name) or any(isinstance(a, ast.Starred)
-                                                                          for a in call.args)
-                or not all(literal(a) for a in call.args) or not all(k.arg and literal(k.value)
-                                                                     for k in call.keywords)
-                or not all(literal(n) for n in others)):
+        others = [
+            n
+            for n in ([*test.comparators] if isinstance(test, ast.Compare) else []) + [stmt.msg]
+            if n is not None
+        ]
+        if (
+            first is not call
+            or not isinstance(call.func, ast.Name)
+            or any(isinstance(a, ast.Starred) for a in call.args)
+            or not all(literal(a) for a in call.args)
+            or not all(k.arg and literal(k.value) for k in call.keywords)
+            or not all(literal(n) for n in others)
+        ):
             break
         try:
             args = encode_value([ast.literal_eval(a) for a in call.args])
@@ -1582,16 +1674,23 @@ def compile_trusted(source):
 
 
 def trusted_failure(e):
-    hint = " (a module the judge cannot import: see Sandbox(readonly_paths=...))" if isinstance(e, ImportError) \
+    hint = (
+        " (a module the judge cannot import: see Sandbox(readonly_paths=...))"
+        if isinstance(e, ImportError)
         else ""
-    return Abort("sandbox_error", f"the trusted code (the prompt) does not run: {type(e).__name__}: {e}{hint}")
+    )
+    return Abort(
+        "sandbox_error", f"the trusted code (the prompt) does not run: {type(e).__name__}: {e}{hint}"
+    )
 
 
 def judge_rpc(run: Run, task: dict, verdict: Verdict) -> tuple[str, str]:
     entry = task["entry_point"]
     try:
         code, total, has_check, plan = prepare_tests(task["tests"])
-        trusted, trusted_calls = compile_trusted(task["trusted"]) if task.get("trusted") is not None else (None, False)
+        trusted, trusted_calls = (
+            compile_trusted(task["trusted"]) if task.get("trusted") is not None else (None, False)
+        )
     except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
         raise Abort("sandbox_error", f"the tests or the trusted code do not compile: {e}") from None
     verdict.asserts_total = total
@@ -1600,8 +1699,15 @@ def judge_rpc(run: Run, task: dict, verdict: Verdict) -> tuple[str, str]:
     if trusted_calls or entry is None:
         plan = []
     run.prefetched = collections.deque((entry, a, k) for a, k in plan)
-    run.send({"mode": "rpc", "program": task["program"], "timeout": task["timeout"], "memory_mb": task["memory_mb"]},
-             *[[entry, a, k] for a, k in plan])
+    run.send(
+        {
+            "mode": "rpc",
+            "program": task["program"],
+            "timeout": task["timeout"],
+            "memory_mb": task["memory_mb"],
+        },
+        *[[entry, a, k] for a, k in plan],
+    )
     reply = run.receive()
     if reply != ["ok"]:
         return load_failure(reply, verdict)
@@ -1649,7 +1755,9 @@ def load_failure(reply: list, verdict: Verdict) -> tuple[str, str]:
         return "syntax_error", f"{name}: {msg}"
     if kind == "trusted":
         hint = " (see Sandbox(readonly_paths=...))" if name in ("ImportError", "ModuleNotFoundError") else ""
-        raise Abort("sandbox_error", f"the trusted code (the prompt) does not run in the sandbox: {name}: {msg}{hint}")
+        raise Abort(
+            "sandbox_error", f"the trusted code (the prompt) does not run in the sandbox: {name}: {msg}{hint}"
+        )
     if name == "MemoryError":
         return "memory_exceeded", f"MemoryError: {msg}" if msg else "MemoryError"
     if name == "SystemExit":
@@ -1659,9 +1767,18 @@ def load_failure(reply: list, verdict: Verdict) -> tuple[str, str]:
 
 def judge_exec(run: Run, task: dict, verdict: Verdict) -> tuple[str, str]:
     nonce = os.urandom(16).hex()
-    reply = run.request({"mode": "exec", "program": task["program"], "tests": task["tests"],
-                         "entry_point": task["entry_point"], "nonce": nonce, "timeout": task["timeout"],
-                         "memory_mb": task["memory_mb"], "trusted": task.get("trusted")})
+    reply = run.request(
+        {
+            "mode": "exec",
+            "program": task["program"],
+            "tests": task["tests"],
+            "entry_point": task["entry_point"],
+            "nonce": nonce,
+            "timeout": task["timeout"],
+            "memory_mb": task["memory_mb"],
+            "trusted": task.get("trusted"),
+        }
+    )
     if reply == ["nonce", nonce]:
         run.wait_exit()
         return "passed", "program and tests ran to the end"
@@ -1677,8 +1794,14 @@ def judge_stdio(run: Run, task: dict, verdict: Verdict) -> tuple[str, str]:
     os.urandom (so that knowing which case runs is worth nothing), each with its own input on stdin and
     within ``timeout``, all within ``total_timeout``. Every verdict is decided here, from the exit status
     and by comparing the output with the expected one, which never leaves this process."""
-    run.send({"program": task["program"], "timeout": task["timeout"], "total_timeout": task["total_timeout"],
-              "memory_mb": task["memory_mb"]})
+    run.send(
+        {
+            "program": task["program"],
+            "timeout": task["timeout"],
+            "total_timeout": task["total_timeout"],
+            "memory_mb": task["memory_mb"],
+        }
+    )
     reply = run.receive()
     if reply != ["ok"]:
         return load_failure(reply, verdict)
@@ -1715,8 +1838,10 @@ def judge_stdio(run: Run, task: dict, verdict: Verdict) -> tuple[str, str]:
     if failing:  # the first in the task's order, not the run's: the same verdicts give the same message
         verdict.stdout, verdict.stderr = shown[failing[0]]
     if out_of_time:
-        return "timeout", (f"the task's time limit ({task['total_timeout']:g} s) ran out after {len(reasons)} of "
-                           f"{n} cases; {passed} passed")
+        return "timeout", (
+            f"the task's time limit ({task['total_timeout']:g} s) ran out after {len(reasons)} of "
+            f"{n} cases; {passed} passed"
+        )
     i = failing[0]
     status = "failed" if verdicts[i] == "wrong_answer" else verdicts[i]
     return status, f"case {i + 1} of {n}: {verdicts[i]}: {reasons[i]}; {passed}/{n} passed"
@@ -1816,12 +1941,16 @@ def kill_case(pidfd: int) -> None:
         pass  # it exited already
 
 
-def case_verdict(ended: str, status: int, out: bytearray, err: bytearray, want: bytes, task: dict,
-                 verdict: Verdict) -> tuple[str, str]:
+def case_verdict(
+    ended: str, status: int, out: bytearray, err: bytearray, want: bytes, task: dict, verdict: Verdict
+) -> tuple[str, str]:
     """(verdict, reason) of one case. A non-zero exit or a signal is a runtime error whatever was printed."""
     if ended != "exited":
-        return ended, ("wall-clock time limit exceeded" if ended == "timeout"
-                       else f"output exceeded {task['max_output']} bytes")
+        return ended, (
+            "wall-clock time limit exceeded"
+            if ended == "timeout"
+            else f"output exceeded {task['max_output']} bytes"
+        )
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
         return "timeout", "CPU time limit exceeded"
     if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
@@ -1869,8 +1998,15 @@ def run_task(task: dict, spawner: Spawner) -> dict:
             signal.setitimer(signal.ITIMER_REAL, 0)
     finally:
         # The exit status matters only when the candidate ended on its own (or in exec mode).
-        wait = task["mode"] == "exec" or status not in ("passed", "failed", "runtime_error", "timeout",
-                                                          "output_limit", "memory_exceeded", "sandbox_error")
+        wait = task["mode"] == "exec" or status not in (
+            "passed",
+            "failed",
+            "runtime_error",
+            "timeout",
+            "output_limit",
+            "memory_exceeded",
+            "sandbox_error",
+        )
         exit_status = run.finish(spawner, wait)
 
     flags = verdict.flags
@@ -1975,8 +2111,15 @@ print(json.dumps(r))
 
 def probe(spawner, cfg, layers, top):
     """Run a probe candidate through the real path and report the layers it observed."""
-    task = {"mode": "exec", "program": PROBE, "tests": "", "entry_point": None, "timeout": 10.0,
-            "memory_mb": 512, "max_output": 1 << 16}
+    task = {
+        "mode": "exec",
+        "program": PROBE,
+        "tests": "",
+        "entry_point": None,
+        "timeout": 10.0,
+        "memory_mb": 512,
+        "max_output": 1 << 16,
+    }
     res = run_task(task, spawner)
     try:
         r = json.loads(res["stdout"])
@@ -1996,7 +2139,8 @@ def probe(spawner, cfg, layers, top):
         "scratch_tmpfs": r["scratch"] == ["/tmp", SCRATCH_MB << 20, SCRATCH_INODES] and r["scratch_writable"],
         "seccomp": r["seccomp"],
         "clean_env": set(r["env"]) <= {"PATH", "LANG"},
-        "non_dumpable": r["dumpable"] == 0 and prctl(PR_GET_DUMPABLE) == 0,  # the spawner inherits the judge's
+        "non_dumpable": r["dumpable"] == 0
+        and prctl(PR_GET_DUMPABLE) == 0,  # the spawner inherits the judge's
     }
 
 
@@ -2077,8 +2221,14 @@ def main(config: str) -> None:
     spawner = Spawner(uids, layers, load_seccomp, cfg.get("readonly_paths", ()))
     try:
         observed = probe(spawner, cfg, layers, spawner.report["top"])
-        hello = {"layers": observed, "pid": os.getpid(), "spawner": spawner.pid, "python": sys.version.split()[0],
-                 "root": spawner.report["top"], "root_error": spawner.report["error"]}
+        hello = {
+            "layers": observed,
+            "pid": os.getpid(),
+            "spawner": spawner.pid,
+            "python": sys.version.split()[0],
+            "root": spawner.report["top"],
+            "root_error": spawner.report["error"],
+        }
         write_all(OWNER_OUT, encode_frame({"hello": hello}))
         while True:
             task = OWNER.next_task()
@@ -2093,8 +2243,11 @@ def main(config: str) -> None:
             except BaseException:
                 import traceback
 
-                result = {"id": task.get("id"), "status": "sandbox_error",
-                          "message": traceback.format_exc(limit=5)[-2000:]}
+                result = {
+                    "id": task.get("id"),
+                    "status": "sandbox_error",
+                    "message": traceback.format_exc(limit=5)[-2000:],
+                }
             write_all(OWNER_OUT, encode_frame(result))
     finally:
         if layers["scratch"] != "/tmp":

@@ -143,10 +143,17 @@ def choose_python(python: str | None = None) -> str:
     cannot enter (a pyenv in /root) would fail at its first lazy import: then /usr/bin/python3."""
     if python:
         return python
-    if (os.geteuid() == 0 and not _can_make_namespaces() and os.path.exists("/usr/bin/python3")
-            and not (_traversable(sys.executable) and _traversable(sys.base_prefix + "/lib"))):
-        log.warning("sandbox: no CAP_SYS_ADMIN for the candidates' own root, and other users cannot reach %s: "
-                    "the workers run /usr/bin/python3 (pass python=... to choose)", sys.executable)
+    if (
+        os.geteuid() == 0
+        and not _can_make_namespaces()
+        and os.path.exists("/usr/bin/python3")
+        and not (_traversable(sys.executable) and _traversable(sys.base_prefix + "/lib"))
+    ):
+        log.warning(
+            "sandbox: no CAP_SYS_ADMIN for the candidates' own root, and other users cannot reach %s: "
+            "the workers run /usr/bin/python3 (pass python=... to choose)",
+            sys.executable,
+        )
         return "/usr/bin/python3"
     return sys.executable
 
@@ -187,8 +194,12 @@ def _report_layers(layers: dict[str, bool], python: str) -> None:
     _layers_reported.add(key)
     off = [k for k, v in layers.items() if not v]
     if off:
-        log.warning("sandbox: isolation layers NOT active: %s (active: %s; python %s)", ", ".join(off),
-                    ", ".join(k for k, v in layers.items() if v), python)
+        log.warning(
+            "sandbox: isolation layers NOT active: %s (active: %s; python %s)",
+            ", ".join(off),
+            ", ".join(k for k, v in layers.items() if v),
+            python,
+        )
     else:
         log.info("sandbox: all isolation layers active: %s (python %s)", ", ".join(layers), python)
 
@@ -236,7 +247,10 @@ class _Worker:
             cfg["pin"] = cpus[self.slot % len(cpus)]
         self.proc = subprocess.Popen(
             [self.python, "-I", "-S", "-c", LAUNCH, str(ZYGOTE.parent), json.dumps(cfg)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True, cwd="/",
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+            cwd="/",
             env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"},
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -315,7 +329,11 @@ class _Pool:
         if os.geteuid() == 0:
             base, self.uid_claims = claim_uids(config["uid_base"], 2 * n_workers)
             if base != config["uid_base"]:
-                log.info("sandbox: uids %d.. are held by another pool; this one takes %d..", config["uid_base"], base)
+                log.info(
+                    "sandbox: uids %d.. are held by another pool; this one takes %d..",
+                    config["uid_base"],
+                    base,
+                )
             config["uid_base"] = base
         else:
             config["uid_base"] = None
@@ -334,8 +352,11 @@ class _Pool:
             self._shutdown()
             raise
         hello = self.workers[0].hello
-        self.layers = dict(hello["layers"], unique_uids=bool(self.uid_claims),
-                           non_dumpable=hello["layers"]["non_dumpable"] and self.non_dumpable)
+        self.layers = dict(
+            hello["layers"],
+            unique_uids=bool(self.uid_claims),
+            non_dumpable=hello["layers"]["non_dumpable"] and self.non_dumpable,
+        )
         self.root = hello.get("root")
         if hello.get("root_error"):
             log.warning("sandbox: %s", hello["root_error"])
@@ -353,15 +374,19 @@ class _Pool:
             while waiting:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise RuntimeError(f"sandbox: worker {next(iter(waiting.values())).slot} did not start within "
-                                       f"{START_TIMEOUT:.0f} s")
+                    raise RuntimeError(
+                        f"sandbox: worker {next(iter(waiting.values())).slot} did not start within "
+                        f"{START_TIMEOUT:.0f} s"
+                    )
                 for key, _ in sel.select(remaining):
                     w = waiting[key.fd]
                     frames = w.read()
                     if frames is None:
-                        raise RuntimeError(f"sandbox: worker {w.slot} exited while starting "
-                                           f"({w.proc.poll() if w.proc else '?'}); run python -I -S "
-                                           f"{ZYGOTE} '{{}}' to see why")
+                        raise RuntimeError(
+                            f"sandbox: worker {w.slot} exited while starting "
+                            f"({w.proc.poll() if w.proc else '?'}); run python -I -S "
+                            f"{ZYGOTE} '{{}}' to see why"
+                        )
                     for frame in frames:
                         w.hello = frame["hello"]
                     if w.hello:
@@ -620,30 +645,54 @@ class Sandbox:
     CAP_SYS_PTRACE, and it leaves no core dump.
     """
 
-    def __init__(self, n_workers: int | None = None, timeout: float = 3.0, memory_mb: int = 1024,
-                 max_output_bytes: int = 1 << 20, python: str | None = None, *, uid_base: int | None = None,
-                 readonly_paths: Sequence[str] = (), pin_cpus: bool = True, disable: Sequence[str] = ()):
+    def __init__(
+        self,
+        n_workers: int | None = None,
+        timeout: float = 3.0,
+        memory_mb: int = 1024,
+        max_output_bytes: int = 1 << 20,
+        python: str | None = None,
+        *,
+        uid_base: int | None = None,
+        readonly_paths: Sequence[str] = (),
+        pin_cpus: bool = True,
+        disable: Sequence[str] = (),
+    ):
         unknown = set(disable) - DISABLE
         if unknown:
-            raise ValueError(f"cannot disable {sorted(unknown)} (only {sorted(DISABLE)}): candidates never run "
-                             "as root")
+            raise ValueError(
+                f"cannot disable {sorted(unknown)} (only {sorted(DISABLE)}): candidates never run as root"
+            )
         if timeout <= 0 or memory_mb < 64 or max_output_bytes < 1:
-            raise ValueError("timeout must be > 0, memory_mb >= 64 (the interpreter needs ~40 MiB), "
-                             "max_output_bytes >= 1")
+            raise ValueError(
+                "timeout must be > 0, memory_mb >= 64 (the interpreter needs ~40 MiB), max_output_bytes >= 1"
+            )
         paths = [os.path.abspath(p) for p in readonly_paths]
         missing = [p for p in paths if not os.path.exists(p)]
         if missing:
             raise ValueError(f"readonly_paths that do not exist: {missing}")
         hidden = [p for p in paths if p == "/" or p.split("/")[1] in ("tmp", "proc", "dev")]
         if hidden:
-            raise ValueError(f"readonly_paths {hidden}: / is not allowed, and a candidate's own /tmp, /proc and "
-                             "/dev would hide anything bound under them")
+            raise ValueError(
+                f"readonly_paths {hidden}: / is not allowed, and a candidate's own /tmp, /proc and "
+                "/dev would hide anything bound under them"
+            )
         self.n_workers = max(1, n_workers or os.cpu_count() or 1)
-        self.timeout, self.memory_mb, self.max_output_bytes = float(timeout), int(memory_mb), int(max_output_bytes)
+        self.timeout, self.memory_mb, self.max_output_bytes = (
+            float(timeout),
+            int(memory_mb),
+            int(max_output_bytes),
+        )
         self.python = choose_python(python)
         uid_base = default_uid_base() if uid_base is None else int(uid_base)
-        self._config = {"uid_base": uid_base, "readonly_paths": paths, "python_paths": python_paths(paths),
-                        "disable": list(disable), "owner_uid": os.getuid(), "pin_cpus": pin_cpus}
+        self._config = {
+            "uid_base": uid_base,
+            "readonly_paths": paths,
+            "python_paths": python_paths(paths),
+            "disable": list(disable),
+            "owner_uid": os.getuid(),
+            "pin_cpus": pin_cpus,
+        }
         self._pool: _Pool | None = None
         self._lock = threading.Lock()
         self._finalizer: weakref.finalize | None = None
@@ -685,9 +734,16 @@ class Sandbox:
         return self._pool.pids() if self._pool is not None else []
 
     # ---- running ---------------------------------------------------------------------------------------
-    def _task(self, program: str, tests: str = "", entry_point: str | None = None, *,
-              timeout: float | None = None, mode: str = "auto", trusted_code: str | None = None
-              ) -> dict[str, Any] | Result:
+    def _task(
+        self,
+        program: str,
+        tests: str = "",
+        entry_point: str | None = None,
+        *,
+        timeout: float | None = None,
+        mode: str = "auto",
+        trusted_code: str | None = None,
+    ) -> dict[str, Any] | Result:
         """The task dict for a zygote, or a Result when the input is refused before dispatch."""
         if mode not in ("auto", "rpc", "exec"):
             raise ValueError(f"mode must be 'auto', 'rpc' or 'exec', not {mode!r}")
@@ -706,7 +762,9 @@ class Sandbox:
             try:
                 size = len(text.encode("utf-8"))
             except UnicodeEncodeError as e:
-                return Result.of(Status.INVALID_INPUT, f"{name} is not valid UTF-8 text: {e.reason} at {e.start}")
+                return Result.of(
+                    Status.INVALID_INPUT, f"{name} is not valid UTF-8 text: {e.reason} at {e.start}"
+                )
             if size > MAX_PROGRAM_BYTES:
                 return Result.of(Status.INVALID_INPUT, f"{name} is {size} bytes (limit {MAX_PROGRAM_BYTES})")
         if "\x00" in program:  # compile() refuses it too; subprocess-based harnesses crash on it
@@ -714,15 +772,30 @@ class Sandbox:
         timeout = self.timeout if timeout is None else float(timeout)
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0, not {timeout}")
-        task = {"program": program, "tests": tests or "", "entry_point": entry_point, "mode": mode,
-                "timeout": timeout, "memory_mb": self.memory_mb, "max_output": self.max_output_bytes}
+        task = {
+            "program": program,
+            "tests": tests or "",
+            "entry_point": entry_point,
+            "mode": mode,
+            "timeout": timeout,
+            "memory_mb": self.memory_mb,
+            "max_output": self.max_output_bytes,
+        }
         if trusted_code is not None:
             task["trusted"] = trusted_code
         return task
 
-    def _stdio_task(self, program: str, cases: Sequence[Sequence[str]], *, timeout: float | None = None,
-                    total_timeout: float | None = None, stop_on_failure: bool = False, compare: str = "lines",
-                    float_tol: float | None = None) -> dict[str, Any] | Result:
+    def _stdio_task(
+        self,
+        program: str,
+        cases: Sequence[Sequence[str]],
+        *,
+        timeout: float | None = None,
+        total_timeout: float | None = None,
+        stop_on_failure: bool = False,
+        compare: str = "lines",
+        float_tol: float | None = None,
+    ) -> dict[str, Any] | Result:
         """The task dict of a stdin/stdout task, or a Result when the input is refused before dispatch."""
         if compare not in COMPARE_MODES:
             raise ValueError(f"compare must be one of {', '.join(COMPARE_MODES)}, not {compare!r}")
@@ -746,23 +819,35 @@ class Sandbox:
         size = 0
         for n, pair in enumerate(pairs, 1):
             if len(pair) != 2 or not all(isinstance(text, str) for text in pair):
-                return Result.of(Status.INVALID_INPUT, f"case {n} is not an (input, expected output) pair of str")
+                return Result.of(
+                    Status.INVALID_INPUT, f"case {n} is not an (input, expected output) pair of str"
+                )
             for text in (program, *pair) if n == 1 else pair:
                 try:
                     size += len(text.encode("utf-8"))
                 except UnicodeEncodeError as e:
-                    return Result.of(Status.INVALID_INPUT, f"case {n} or the program is not valid UTF-8 text: "
-                                     f"{e.reason} at {e.start}")
+                    return Result.of(
+                        Status.INVALID_INPUT,
+                        f"case {n} or the program is not valid UTF-8 text: {e.reason} at {e.start}",
+                    )
         if len(program.encode("utf-8")) > MAX_PROGRAM_BYTES:
             return Result.of(Status.INVALID_INPUT, f"program is over {MAX_PROGRAM_BYTES} bytes")
         if size > MAX_CASES_BYTES:
             return Result.of(Status.INVALID_INPUT, f"the cases are {size} bytes (limit {MAX_CASES_BYTES})")
         if "\x00" in program:
             return Result.of(Status.SYNTAX_ERROR, "source code contains a NUL byte")
-        return {"mode": "stdio", "program": program, "cases": pairs, "timeout": min(timeout, total_timeout),
-                "total_timeout": total_timeout, "stop_on_failure": bool(stop_on_failure), "compare": compare,
-                "float_tol": None if float_tol is None else float(float_tol), "memory_mb": self.memory_mb,
-                "max_output": self.max_output_bytes}
+        return {
+            "mode": "stdio",
+            "program": program,
+            "cases": pairs,
+            "timeout": min(timeout, total_timeout),
+            "total_timeout": total_timeout,
+            "stop_on_failure": bool(stop_on_failure),
+            "compare": compare,
+            "float_tol": None if float_tol is None else float(float_tol),
+            "memory_mb": self.memory_mb,
+            "max_output": self.max_output_bytes,
+        }
 
     def _queue(self, task: dict[str, Any] | Result) -> Future:
         future: Future = Future()
@@ -776,24 +861,58 @@ class Sandbox:
             pool.submit(task, future)
         return future
 
-    def submit(self, program: str, tests: str = "", entry_point: str | None = None, *,
-               timeout: float | None = None, mode: str = "auto", trusted_code: str | None = None) -> Future:
+    def submit(
+        self,
+        program: str,
+        tests: str = "",
+        entry_point: str | None = None,
+        *,
+        timeout: float | None = None,
+        mode: str = "auto",
+        trusted_code: str | None = None,
+    ) -> Future:
         """Queue one program; returns a concurrent.futures.Future of its Result."""
-        return self._queue(self._task(program, tests, entry_point, timeout=timeout, mode=mode,
-                                      trusted_code=trusted_code))
+        return self._queue(
+            self._task(program, tests, entry_point, timeout=timeout, mode=mode, trusted_code=trusted_code)
+        )
 
-    def submit_stdio(self, program: str, cases: Sequence[Sequence[str]], *, timeout: float | None = None,
-                     total_timeout: float | None = None, stop_on_failure: bool = False, compare: str = "lines",
-                     float_tol: float | None = None) -> Future:
+    def submit_stdio(
+        self,
+        program: str,
+        cases: Sequence[Sequence[str]],
+        *,
+        timeout: float | None = None,
+        total_timeout: float | None = None,
+        stop_on_failure: bool = False,
+        compare: str = "lines",
+        float_tol: float | None = None,
+    ) -> Future:
         """Queue one stdin/stdout task (see ``run_stdio``); returns a Future of its Result."""
-        return self._queue(self._stdio_task(program, cases, timeout=timeout, total_timeout=total_timeout,
-                                            stop_on_failure=stop_on_failure, compare=compare, float_tol=float_tol))
+        return self._queue(
+            self._stdio_task(
+                program,
+                cases,
+                timeout=timeout,
+                total_timeout=total_timeout,
+                stop_on_failure=stop_on_failure,
+                compare=compare,
+                float_tol=float_tol,
+            )
+        )
 
     def _submit_any(self, task: dict[str, Any]) -> Future:
         return self.submit_stdio(**task) if "cases" in task else self.submit(**task)
 
-    def run(self, program: str, tests: str = "", entry_point: str | None = None, *,
-            timeout: float | None = None, mode: str = "auto", trusted_code: str | None = None) -> Result:
+    def run(
+        self,
+        program: str,
+        tests: str = "",
+        entry_point: str | None = None,
+        *,
+        timeout: float | None = None,
+        mode: str = "auto",
+        trusted_code: str | None = None,
+    ) -> Result:
         """Run ``program`` against ``tests``.
 
         mode "rpc": the tests run in the worker and call ``entry_point`` across processes; "exec": program,
@@ -801,11 +920,21 @@ class Sandbox:
         given. ``trusted_code`` (the dataset prompt) is executed on the trusted side into the tests'
         namespace: the tests see its definitions (helpers such as HumanEval's ``poly``), never the program's
         redefinitions of them; the entry point, and names it does not define, are the program's."""
-        return self.submit(program, tests, entry_point, timeout=timeout, mode=mode, trusted_code=trusted_code).result()
+        return self.submit(
+            program, tests, entry_point, timeout=timeout, mode=mode, trusted_code=trusted_code
+        ).result()
 
-    def run_stdio(self, program: str, cases: Sequence[Sequence[str]], *, timeout: float | None = None,
-                  total_timeout: float | None = None, stop_on_failure: bool = False, compare: str = "lines",
-                  float_tol: float | None = None) -> Result:
+    def run_stdio(
+        self,
+        program: str,
+        cases: Sequence[Sequence[str]],
+        *,
+        timeout: float | None = None,
+        total_timeout: float | None = None,
+        stop_on_failure: bool = False,
+        compare: str = "lines",
+        float_tol: float | None = None,
+    ) -> Result:
         """Run a whole program against stdin/stdout ``cases``: (input, expected output) pairs of str.
 
         The program is compiled once; every case runs in a fresh process forked from the one that compiled
@@ -815,8 +944,15 @@ class Sandbox:
         verdict (``Result.cases``) is decided outside the program, from its exit status and by comparing its
         stdout with the expected output under ``compare`` ("lines" or "tokens") and ``float_tol`` (see
         ``sandbox.verdicts``). A non-zero exit is a runtime error whatever it printed."""
-        return self.submit_stdio(program, cases, timeout=timeout, total_timeout=total_timeout,
-                                 stop_on_failure=stop_on_failure, compare=compare, float_tol=float_tol).result()
+        return self.submit_stdio(
+            program,
+            cases,
+            timeout=timeout,
+            total_timeout=total_timeout,
+            stop_on_failure=stop_on_failure,
+            compare=compare,
+            float_tol=float_tol,
+        ).result()
 
     def run_batch(self, tasks: Sequence[dict[str, Any]], *, progress: bool = False) -> list[Result]:
         """Run many tasks on all workers; results in input order. A task is a dict of ``run`` keyword
@@ -829,11 +965,20 @@ class Sandbox:
                 pass
         return [f.result() for f in futures]
 
-    async def arun(self, program: str, tests: str = "", entry_point: str | None = None, *,
-                   timeout: float | None = None, mode: str = "auto", trusted_code: str | None = None) -> Result:
+    async def arun(
+        self,
+        program: str,
+        tests: str = "",
+        entry_point: str | None = None,
+        *,
+        timeout: float | None = None,
+        mode: str = "auto",
+        trusted_code: str | None = None,
+    ) -> Result:
         """``run`` without blocking the event loop."""
-        return await asyncio.wrap_future(self.submit(program, tests, entry_point, timeout=timeout, mode=mode,
-                                                     trusted_code=trusted_code))
+        return await asyncio.wrap_future(
+            self.submit(program, tests, entry_point, timeout=timeout, mode=mode, trusted_code=trusted_code)
+        )
 
     async def arun_stdio(self, program: str, cases: Sequence[Sequence[str]], **kwargs: Any) -> Result:
         """``run_stdio`` without blocking the event loop."""
@@ -884,4 +1029,3 @@ def run_batch(tasks: Sequence[dict[str, Any]], *, progress: bool = False) -> lis
 async def arun_batch(tasks: Sequence[dict[str, Any]]) -> list[Result]:
     """``await get_sandbox().arun_batch(...)``."""
     return await get_sandbox().arun_batch(tasks)
-

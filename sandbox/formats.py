@@ -31,7 +31,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["FORMATS", "CallTests", "StdioTests", "detect_format", "format_name", "problem_id", "read_tests", "task_for"]
+__all__ = [
+    "FORMATS",
+    "CallTests",
+    "StdioTests",
+    "detect_format",
+    "format_name",
+    "problem_id",
+    "read_tests",
+    "task_for",
+]
 
 # format -> the columns that hold its tests (any one of them selects it)
 FORMATS: dict[str, tuple[str, ...]] = {
@@ -39,8 +48,13 @@ FORMATS: dict[str, tuple[str, ...]] = {
     "code_contests": ("public_tests", "private_tests", "generated_tests"),
     "verification_info": ("verification_info",),
 }
-ALIASES = {"taco": "apps", "codecontests": "code_contests", "open_r1": "verification_info",
-           "open-r1": "verification_info", "primeintellect": "verification_info"}
+ALIASES = {
+    "taco": "apps",
+    "codecontests": "code_contests",
+    "open_r1": "verification_info",
+    "open-r1": "verification_info",
+    "primeintellect": "verification_info",
+}
 CODE_CONTESTS_SPLITS = FORMATS["code_contests"]
 ID_COLUMNS = ("task_id", "problem_id", "name", "id")  # the first one present names a problem
 
@@ -68,8 +82,10 @@ def detect_format(columns: Iterable[str]) -> str:
         if any(c in columns for c in needs):
             return name
     wanted = "; ".join(f"{name}: {' / '.join(needs)}" for name, needs in FORMATS.items())
-    raise ValueError(f"no stdin/stdout test columns in this row (it has: {', '.join(columns) or 'nothing'}); "
-                     f"expected one of {wanted}")
+    raise ValueError(
+        f"no stdin/stdout test columns in this row (it has: {', '.join(columns) or 'nothing'}); "
+        f"expected one of {wanted}"
+    )
 
 
 def format_name(format: str) -> str:
@@ -111,8 +127,10 @@ def _text(value: Any, what: str) -> str:
 def _stdio(inputs: Sequence[Any], outputs: Sequence[Any], what: str) -> StdioTests | None:
     if len(inputs) != len(outputs):
         raise ValueError(f"{what} has {len(inputs)} inputs but {len(outputs)} outputs")
-    cases = tuple((_text(i, f"{what} input {n}"), _text(o, f"{what} output {n}"))
-                  for n, (i, o) in enumerate(zip(inputs, outputs), 1))
+    cases = tuple(
+        (_text(i, f"{what} input {n}"), _text(o, f"{what} output {n}"))
+        for n, (i, o) in enumerate(zip(inputs, outputs), 1)
+    )
     return StdioTests(cases) if cases else None
 
 
@@ -121,7 +139,9 @@ def _calls(fn_name: Any, inputs: Sequence[Any], outputs: Sequence[Any], what: st
         raise ValueError(f"{what}: fn_name {fn_name!r} is not a Python identifier")
     if len(inputs) != len(outputs):
         raise ValueError(f"{what} has {len(inputs)} inputs but {len(outputs)} outputs")
-    calls = tuple((tuple(args) if isinstance(args, list) else (args,), want) for args, want in zip(inputs, outputs))
+    calls = tuple(
+        (tuple(args) if isinstance(args, list) else (args,), want) for args, want in zip(inputs, outputs)
+    )
     return CallTests(fn_name, calls) if calls else None
 
 
@@ -129,7 +149,11 @@ def _apps(row: Mapping[str, Any]) -> StdioTests | CallTests | None:
     io = _json(row.get("input_output"), "input_output")
     if io is None:
         return None
-    if not isinstance(io, dict) or not isinstance(io.get("inputs"), list) or not isinstance(io.get("outputs"), list):
+    if (
+        not isinstance(io, dict)
+        or not isinstance(io.get("inputs"), list)
+        or not isinstance(io.get("outputs"), list)
+    ):
         raise ValueError('input_output must hold {"inputs": [...], "outputs": [...]}')
     fn_name = io.get("fn_name") or row.get("fn_name")
     if fn_name:
@@ -143,8 +167,11 @@ def _code_contests(row: Mapping[str, Any], splits: Sequence[str]) -> StdioTests 
         tests = _json(row.get(split), split)
         if tests is None:
             continue
-        if not isinstance(tests, dict) or not isinstance(tests.get("input"), list) \
-                or not isinstance(tests.get("output"), list):
+        if (
+            not isinstance(tests, dict)
+            or not isinstance(tests.get("input"), list)
+            or not isinstance(tests.get("output"), list)
+        ):
             raise ValueError(f'{split} must hold {{"input": [...], "output": [...]}}')
         found = _stdio(tests["input"], tests["output"], split)
         cases += found.cases if found else ()
@@ -172,12 +199,15 @@ def _verification_info(row: Mapping[str, Any]) -> StdioTests | CallTests | None:
         inputs = [_json(c.get("input"), "verification_info input") for c in cases]
         outputs = [_json(c.get("output"), "verification_info output") for c in cases]
         return _calls(cases[0].get("fn_name"), inputs, outputs, "verification_info")
-    raise ValueError(f"verification_info test_cases of types {sorted(map(str, kinds))}; supported: all "
-                     "stdin_stdout, or all function_call with one fn_name")
+    raise ValueError(
+        f"verification_info test_cases of types {sorted(map(str, kinds))}; supported: all "
+        "stdin_stdout, or all function_call with one fn_name"
+    )
 
 
-def read_tests(row: Mapping[str, Any], format: str | None = None, *,
-               splits: Sequence[str] = CODE_CONTESTS_SPLITS) -> StdioTests | CallTests | None:
+def read_tests(
+    row: Mapping[str, Any], format: str | None = None, *, splits: Sequence[str] = CODE_CONTESTS_SPLITS
+) -> StdioTests | CallTests | None:
     """The tests of one dataset row, in the format its columns show (or ``format``); None when the row has
     no case. Raises ValueError, in one line, for a row in none of the formats or with malformed tests."""
     name = _format_name(format, row)
@@ -201,7 +231,7 @@ def problem_id(row: Mapping[str, Any], default: str = "") -> str:
 
 # ---- sandbox tasks ----------------------------------------------------------------------------------------
 # The comparison of a call-based case, run in the judge with plain data (APPS's testing_util compares so).
-CALL_HELPERS = '''
+CALL_HELPERS = """
 def _passk_plain(x):
     if isinstance(x, (list, tuple)):
         return [_passk_plain(v) for v in x]
@@ -214,7 +244,7 @@ def _passk_same(got, want):
     got, want = _passk_plain(got), _passk_plain(want)
     return got == want or (isinstance(want, list) and len(want) == 1 and got == want[0])
 
-'''
+"""
 
 
 def _literal(value: Any) -> str:

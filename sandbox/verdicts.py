@@ -40,7 +40,15 @@ STATUSES = (
 
 # Verdict of one stdin/stdout case. ``skipped``: not run, after a failure with ``stop_on_failure`` or once the
 # task's overall time limit was spent.
-CASE_VERDICTS = ("passed", "wrong_answer", "timeout", "runtime_error", "memory_exceeded", "output_limit", "skipped")
+CASE_VERDICTS = (
+    "passed",
+    "wrong_answer",
+    "timeout",
+    "runtime_error",
+    "memory_exceeded",
+    "output_limit",
+    "skipped",
+)
 
 # Flags a result may carry: each says that the candidate tried something that would fake a pass in a naive
 # harness, and was caught (the status is then never ``passed``).
@@ -90,7 +98,9 @@ def _same_tokens(got: list[bytes], want: list[bytes], float_tol: float | None, w
     return None
 
 
-def compare_output(got: bytes, want: bytes, mode: str = "lines", float_tol: float | None = None) -> str | None:
+def compare_output(
+    got: bytes, want: bytes, mode: str = "lines", float_tol: float | None = None
+) -> str | None:
     """None when ``got`` (a program's stdout) matches ``want`` (the expected output) under ``mode`` and
     ``float_tol`` (see the module docstring); otherwise a short reason (the first difference)."""
     if mode == "tokens":

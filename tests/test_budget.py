@@ -75,7 +75,9 @@ def test_every_method_samples_the_same_prompts_and_completions(seven_runs: dict[
         epochs = 2 if method == "ppo" else 1  # PPO reuses each batch twice: the same samples, twice the steps
         assert budget["optimizer_steps"] == got["run"]["global_step"] == 3 * epochs, method
         assert [g["step"] for g in generations] == [0, epochs, 2 * epochs], method
-        assert budget["prompt_sequence_sha256"] == seven_runs["grpo"]["run"]["budget"]["prompt_sequence_sha256"]
+        assert (
+            budget["prompt_sequence_sha256"] == seven_runs["grpo"]["run"]["budget"]["prompt_sequence_sha256"]
+        )
 
 
 @pytest.mark.slow
@@ -95,7 +97,9 @@ def test_run_json_carries_each_methods_hyperparameters(seven_runs: dict[str, dic
     assert hparams["ppo"]["critic_learning_rate"] == pytest.approx(CRITIC_LR_SCALE * 1e-3)
     assert hparams["grpo"]["beta"] == 0.04 and hparams["rloo"]["beta"] == 0.05
     assert hparams["reinforce"]["baseline"] == "batch_mean" and hparams["reinforce_kl"]["kl_coef"] == 0.05
-    assert all(h["logprob_temperature"] == 0.8 for h in hparams.values())  # cpu.yaml sets no log-prob temperature
+    assert all(
+        h["logprob_temperature"] == 0.8 for h in hparams.values()
+    )  # cpu.yaml sets no log-prob temperature
     assert len({json.dumps(h, sort_keys=True) for h in hparams.values()}) == len(METHODS)
 
 
@@ -111,7 +115,10 @@ def test_the_seven_rows_take_different_steps(seven_runs: dict[str, dict], tiny_m
     from safetensors.torch import load_file
 
     start = load_file(str(tiny_model_dir / "model.safetensors"))
-    final = {m: load_file(str(Path(got["run"]["output_dir"]) / "model.safetensors")) for m, got in seven_runs.items()}
+    final = {
+        m: load_file(str(Path(got["run"]["output_dir"]) / "model.safetensors"))
+        for m, got in seven_runs.items()
+    }
 
     def flat(weights: dict) -> torch.Tensor:
         return torch.cat([weights[k].flatten().float() for k in sorted(start)])
@@ -137,7 +144,9 @@ def test_the_seed_schedule_is_what_every_method_samples(tmp_path: Path, tiny_mod
     order = prompt_schedule(16, 4, BUDGET_PROMPTS, seed=42)
     expected = [rows[i]["task_id"] for i in order]
     for method in ("grpo", "ppo"):
-        exp, cfg = parse_config(_argv(method, str(tiny_model_dir), tmp_path / method, "--prompts_per_epoch", "4"))
+        exp, cfg = parse_config(
+            _argv(method, str(tiny_model_dir), tmp_path / method, "--prompts_per_epoch", "4")
+        )
         assert cfg.shuffle_dataset is False and cfg.seed == 42
         run(exp, cfg)
         got = [p for g in _read(tmp_path / method)["generations"] for p in g["prompts"]]
@@ -169,7 +178,9 @@ def test_max_steps_give_every_method_the_same_fresh_prompts() -> None:
         (1, _shape(gradient_accumulation_steps=2), "gradient_accumulation_steps"),  # half an optimizer step
     ],
 )
-def test_budgets_that_cannot_be_met_exactly_name_the_key(budget: int, shape: SimpleNamespace, key: str) -> None:
+def test_budgets_that_cannot_be_met_exactly_name_the_key(
+    budget: int, shape: SimpleNamespace, key: str
+) -> None:
     with pytest.raises(BudgetError, match=rf"^{key}:") as err:
         derive_max_steps(budget, shape)
     assert "\n" not in str(err.value)
@@ -199,14 +210,18 @@ def model_with_sampling_defaults(tmp_path_factory: pytest.TempPathFactory, tiny_
 
     folder = tmp_path_factory.mktemp("model") / "tiny-with-generation-config"
     shutil.copytree(tiny_model_dir, folder)
-    config = GenerationConfig.from_pretrained(folder) if (folder / "generation_config.json").is_file() else None
+    config = (
+        GenerationConfig.from_pretrained(folder) if (folder / "generation_config.json").is_file() else None
+    )
     config = config or GenerationConfig()
     config.do_sample, config.top_k, config.repetition_penalty = True, 20, 1.1
     config.save_pretrained(folder)
     return folder
 
 
-def test_model_sampling_reads_the_models_generation_config(model_with_sampling_defaults: Path, tiny_model_dir: Path):
+def test_model_sampling_reads_the_models_generation_config(
+    model_with_sampling_defaults: Path, tiny_model_dir: Path
+):
     from experiments.models import model_sampling
 
     read = model_sampling(str(model_with_sampling_defaults))
@@ -218,7 +233,9 @@ def test_model_sampling_reads_the_models_generation_config(model_with_sampling_d
 
 
 @pytest.mark.slow
-def test_the_models_sampling_is_applied_in_training_and_evaluation(tmp_path: Path, model_with_sampling_defaults: Path):
+def test_the_models_sampling_is_applied_in_training_and_evaluation(
+    tmp_path: Path, model_with_sampling_defaults: Path
+):
     """model_generation_config: the trainer samples with the model's top_k and repetition penalty, evaluation too,
     run.json records them; under the penalty the KL's log π comes from a forward pass, not the sampling record."""
     from experiments.config import parse_config
@@ -231,7 +248,10 @@ def test_the_models_sampling_is_applied_in_training_and_evaluation(tmp_path: Pat
     run(exp, cfg)
     record = json.loads((out / "run.json").read_text())
     sampling = record["sampling"]
-    assert sampling["from_model_generation_config"] and (sampling["top_k"], sampling["repetition_penalty"]) == (20, 1.1)
+    assert sampling["from_model_generation_config"] and (
+        sampling["top_k"],
+        sampling["repetition_penalty"],
+    ) == (20, 1.1)
     assert sampling["eval"] == {"top_k": 20, "repetition_penalty": 1.1}
     assert record["config"]["top_k"] == 20 and record["config"]["repetition_penalty"] == 1.1
     after = json.loads((out / "eval_after.json").read_text())

@@ -63,7 +63,9 @@ def test_check_of_the_gpu_file_works_on_any_machine_and_touches_no_device(
     from experiments.config import parse_config
     from experiments.trainers import METHODS
 
-    parse_config([str(CONFIGS / "cpu.yaml"), "--method", "grpo"])  # import the lazily loaded config classes before stubbing CUDA
+    parse_config(
+        [str(CONFIGS / "cpu.yaml"), "--method", "grpo"]
+    )  # import the lazily loaded config classes before stubbing CUDA
 
     def refuse(*args, **kwargs):
         raise AssertionError("the device was touched")
@@ -83,7 +85,9 @@ def test_check_of_the_gpu_file_works_on_any_machine_and_touches_no_device(
         assert f"# {method} hyperparameters (METHODS):" in out and "no accelerator was touched" in out
 
 
-def test_check_puts_passks_keys_first_and_the_trl_defaults_only_with_all(capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_puts_passks_keys_first_and_the_trl_defaults_only_with_all(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     import dataclasses
 
     from experiments.cli import main
@@ -104,7 +108,9 @@ def test_check_puts_passks_keys_first_and_the_trl_defaults_only_with_all(capsys:
     out = capsys.readouterr().out
     assert "# GRPOConfig: TRL / transformers defaults, unchanged" in out
     resolved = yaml.safe_load(out)
-    assert resolved["adam_beta1"] == 0.9 and resolved["learning_rate"] == 3e-4 and resolved["method"] == "grpo"
+    assert (
+        resolved["adam_beta1"] == 0.9 and resolved["learning_rate"] == 3e-4 and resolved["method"] == "grpo"
+    )
 
 
 def test_compare_takes_one_budget_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -272,7 +278,10 @@ def test_compare_runs_every_method_per_seed_on_one_budget_file(
     assert cli.main(argv) == 0, capsys.readouterr().err
     assert jobs == [2]
     assert "--lam goes to ppo only" in capsys.readouterr().out
-    got = {(c[c.index("--method") + 1], c[c.index("--seed") + 1], c[c.index("--output_dir") + 1]) for c in launched}
+    got = {
+        (c[c.index("--method") + 1], c[c.index("--seed") + 1], c[c.index("--output_dir") + 1])
+        for c in launched
+    }
     assert got == {(m, s, str(tmp_path / f"{m}-seed{s}")) for s in ("3", "4") for m in ("grpo", "ppo")}
     assert all(c[c.index("experiments.train") + 1] == str(CONFIGS / "cpu.yaml") for c in launched)
     assert all(c[c.index("--budget_prompts") + 1] == "1" for c in launched)
@@ -294,7 +303,9 @@ def test_demo_runs_every_method_on_the_demo_budget(
     calls = {}
     monkeypatch.setattr(warm_start, "warm_started_model", lambda *a, **k: "warm")
     monkeypatch.setattr(warm_start, "resolve_base_model", lambda exp: "base")
-    monkeypatch.setattr(cli, "compare", lambda config, out, **kw: calls.update(config=config, **kw) or out / "r.md")
+    monkeypatch.setattr(
+        cli, "compare", lambda config, out, **kw: calls.update(config=config, **kw) or out / "r.md"
+    )
     assert cli.main(["demo", "--out", str(tmp_path)]) == 0, capsys.readouterr().err
     assert calls["config"] == str(CONFIGS / "demo.yaml") and calls["methods"] == list(METHODS)
     for method in METHODS:
@@ -312,15 +323,21 @@ def test_compare_shows_each_runs_progress_and_keeps_the_trainer_output_in_logs(
     out = tmp_path / "cmp"
     cmd = [sys.executable, "-m", "experiments.cli", "compare", "cpu", "--methods", "grpo,reinforce", "--jobs", "2",
            "--model", str(tiny_model_dir), "--budget_prompts", "2", "--n_eval", "4", "--out", str(out)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=_env(passk_cache), timeout=900)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, cwd=tmp_path, env=_env(passk_cache), timeout=900
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     console = proc.stdout + proc.stderr
     for method in ("grpo", "reinforce"):
         lines = [line for line in console.splitlines() if line.startswith(f"{method} step ")]
-        assert lines[0] == f"{method} step 0/2" and lines[-1].startswith(f"{method} step 2/2 reward "), console
+        assert lines[0] == f"{method} step 0/2" and lines[-1].startswith(f"{method} step 2/2 reward "), (
+            console
+        )
         assert f"{method} evaluating the starting model on 4 problems" in console
         assert f"passk compare [{1 if method == 'grpo' else 2}/2] {method}: pass@1 " in console
-        assert "'loss'" in (out / "logs" / f"{method}.log").read_text()  # the trainer's own output, in its log
+        assert (
+            "'loss'" in (out / "logs" / f"{method}.log").read_text()
+        )  # the trainer's own output, in its log
     assert "{'loss'" not in console and (out / "report.md").is_file()
 
 
@@ -397,7 +414,11 @@ def test_eval_of_a_run_or_its_checkpoint_uses_the_runs_settings_and_says_so(
             in said)  # fmt: skip
     ev = json.loads(out.read_text())
     assert ev["num_problems"] == 6 and ev["n"] == 2 and ev["problems"][0]["task_id"].startswith("synth/")
-    assert ev["settings"]["temperature"] == 1.0 and ev["settings"]["max_new_tokens"] == 8 and ev["settings"]["seed"] == 42
+    assert (
+        ev["settings"]["temperature"] == 1.0
+        and ev["settings"]["max_new_tokens"] == 8
+        and ev["settings"]["seed"] == 42
+    )
     # Told otherwise on the command line: that wins, and is named.
     assert main(["eval", str(run_dir), "--out", str(out), "--eval_n", "3", "--eval_ks", "1"]) == 0
     assert "with --eval_ks, --eval_n from the command line" in capsys.readouterr().out
@@ -409,7 +430,9 @@ def test_a_hub_id_without_network_fails_fast_in_one_line_saying_how_to_work_offl
 ) -> None:
     import socket
 
-    with socket.socket() as s:  # a local port that nothing listens on: the hub's connection is refused at once
+    with (
+        socket.socket() as s
+    ):  # a local port that nothing listens on: the hub's connection is refused at once
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in _env(passk_cache).items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
@@ -439,6 +462,12 @@ def test_the_missing_key_warning_is_dropped_only_for_tied_weights(tiny_model_dir
     def record(message: str) -> logging.LogRecord:
         return logging.LogRecord("transformers.trainer", logging.WARNING, __file__, 1, message, None, None)
 
-    assert not tied.filter(record("There were missing keys in the checkpoint model loaded: ['lm_head.weight']."))
-    assert tied.filter(record("There were missing keys in the checkpoint model loaded: ['model.norm.weight']."))
-    assert tied.filter(record("There were unexpected keys in the checkpoint model loaded: ['lm_head.weight']."))
+    assert not tied.filter(
+        record("There were missing keys in the checkpoint model loaded: ['lm_head.weight'].")
+    )
+    assert tied.filter(
+        record("There were missing keys in the checkpoint model loaded: ['model.norm.weight'].")
+    )
+    assert tied.filter(
+        record("There were unexpected keys in the checkpoint model loaded: ['lm_head.weight'].")
+    )

@@ -106,7 +106,9 @@ def test_method_from_command_line_picks_the_config_class(tmp_path: Path, no_mode
     assert exp.method == "ppo" and type(cfg).__name__ == "PPOConfig"
 
 
-@pytest.mark.parametrize(("method", "accepted"), [("ppo", True), ("grpo", False), ("rloo", False), ("reinforce", False)])
+@pytest.mark.parametrize(
+    ("method", "accepted"), [("ppo", True), ("grpo", False), ("rloo", False), ("reinforce", False)]
+)
 def test_num_generations_lower_bound_is_the_methods_own(
     tmp_path: Path, no_model_loads: None, method: str, accepted: bool
 ) -> None:
@@ -144,11 +146,19 @@ def test_num_generations_lower_bound_is_the_methods_own(
         ("method: nope\n", [], "method"),
         ("model: tiny\n", [], "method"),
         ("model: tiny\nkl_coef: 0.1\n", ["--method", "ppo"], "kl_coef"),
-        ("method: grpo\nnum_generations: 2\nper_device_train_batch_size: 4\nbudget_prompts: 3\n", [], "budget_prompts"),
+        (
+            "method: grpo\nnum_generations: 2\nper_device_train_batch_size: 4\nbudget_prompts: 3\n",
+            [],
+            "budget_prompts",
+        ),
         ("method: grpo\nbudget_prompts: 8\nmax_steps: 4\n", [], "max_steps"),
         ("method: grpo\nprompts_per_epoch: 4\n", [], "prompts_per_epoch"),
         ("method: grpo\nbudget_prompts: 8\nprompts_per_epoch: 60\n", [], "prompts_per_epoch"),
-        ("method: grpo\nbudget_prompts: 8\nprompts_per_epoch: 4\nshuffle_dataset: true\n", [], "shuffle_dataset"),
+        (
+            "method: grpo\nbudget_prompts: 8\nprompts_per_epoch: 4\nshuffle_dataset: true\n",
+            [],
+            "shuffle_dataset",
+        ),
         ("method: grpo\nmodel_generation_config: true\n", ["--top_k", "5"], "top_k"),
         ("method: grpo\n", ["--budget_prompts", "-1"], "budget_prompts"),
     ],
@@ -221,8 +231,10 @@ def test_every_method_gets_the_same_fresh_prompts(name: str, no_model_loads: Non
     for method in METHODS:
         exp, cfg = parse_config([str(path), "--method", method], device_free=True)
         shape = generation_shape(cfg)
-        generations = cfg.max_steps * shape["gradient_accumulation_steps"] / (
-            shape["steps_per_generation"] * shape["num_iterations"]
+        generations = (
+            cfg.max_steps
+            * shape["gradient_accumulation_steps"]
+            / (shape["steps_per_generation"] * shape["num_iterations"])
         )
         assert generations * shape["prompts_per_generation"] == exp.budget_prompts > 0, (name, method)
         generations = exp.budget_prompts // shape["prompts_per_generation"]
@@ -241,7 +253,9 @@ def test_seed_config_carries_the_seed_settings(no_model_loads: None) -> None:
     for method in ("reinforce", "ppo", "grpo"):
         exp, cfg = parse_config([str(path), "--method", method], device_free=True)
         steps[method] = cfg.max_steps
-        assert cfg.shuffle_dataset is False and cfg.max_grad_norm == 0.0 and cfg.lr_scheduler_type == "constant"
+        assert (
+            cfg.shuffle_dataset is False and cfg.max_grad_norm == 0.0 and cfg.lr_scheduler_type == "constant"
+        )
     assert steps == {"reinforce": 60, "ppo": 120, "grpo": 60}
     exp, cfg = parse_config([str(path), "--method", "reinforce"], device_free=True)
     assert (cfg.logprob_temperature, cfg.loss_normalization) == (1.0, "token") and not exp.not_applicable
@@ -271,7 +285,10 @@ def test_budget_prompts_sets_max_steps_and_refuses_both(tmp_path: Path, no_model
     assert parse_config([cfg_file, "--method", "ppo"])[1].max_steps == 8
     with pytest.raises(ConfigError, match=r"^max_steps: derived per method from budget_prompts"):
         parse_config([cfg_file, "--method", "grpo", "--max_steps", "3"])
-    assert parse_config([cfg_file, "--method", "grpo", "--budget_prompts", "0", "--max_steps", "3"])[1].max_steps == 3
+    assert (
+        parse_config([cfg_file, "--method", "grpo", "--budget_prompts", "0", "--max_steps", "3"])[1].max_steps
+        == 3
+    )
 
 
 def test_output_dir_names_the_method(tmp_path: Path, no_model_loads: None) -> None:
@@ -287,7 +304,10 @@ def test_compare_overrides_go_to_the_methods_that_have_them(no_model_loads: None
     args = ["--lam", "0.9", "--learning_rate", "1e-5", "--eval_ks", "1", "2"]
     assert overrides_for("ppo", args) == (args, [])
     assert overrides_for("grpo", args) == (["--learning_rate", "1e-5", "--eval_ks", "1", "2"], ["lam"])
-    assert overrides_for("grpo", ["--bogus", "1"]) == (["--bogus", "1"], [])  # parse_config rejects it by name
+    assert overrides_for("grpo", ["--bogus", "1"]) == (
+        ["--bogus", "1"],
+        [],
+    )  # parse_config rejects it by name
 
 
 def test_sharded_launch_refuses_evaluation_during_training(
@@ -329,7 +349,10 @@ def test_a_typo_in_a_key_says_did_you_mean(
                    "method's config); did you mean 'learning_rate'?")  # fmt: skip
     assert main(["train", "demo", "--method", "grpo", "--check", "--eval_temprature", "0.5"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "passk: error: eval_temprature: unknown option '--eval_temprature'; did you mean 'eval_temperature'?"
+    assert (
+        err
+        == "passk: error: eval_temprature: unknown option '--eval_temprature'; did you mean 'eval_temperature'?"
+    )
     assert main(["train", "demo", "--method", "grpo", "--check", "--zzz", "1"]) == 2
     assert "did you mean" not in capsys.readouterr().err  # nothing close: no guess
 

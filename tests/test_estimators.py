@@ -130,7 +130,9 @@ def test_rloo_matches_the_seed_loop_on_random_rewards(normalize, group_size):
 def test_rloo_is_a_rescaled_group_mean_baseline():
     rewards = torch.rand(32, generator=torch.Generator().manual_seed(0))
     G = 8
-    assert torch.allclose(rloo_advantages(rewards, G), G / (G - 1) * group_baseline_advantages(rewards, G), atol=1e-6)
+    assert torch.allclose(
+        rloo_advantages(rewards, G), G / (G - 1) * group_baseline_advantages(rewards, G), atol=1e-6
+    )
 
 
 def test_group_baseline_matches_the_seed_and_ignores_unscorable_rows():
@@ -241,7 +243,9 @@ def test_ppo_clip_loss_hand_cases(ratio, adv, expected_loss, expected_grad):
 
 def test_ppo_clip_loss_asymmetric_and_masked():
     logp = torch.log(torch.tensor([[1.25, 1.25, 3.0]]))
-    loss, _ = ppo_clip_loss(logp, torch.zeros(1, 3), torch.tensor([1.0]), torch.tensor([[1, 1, 0]]), 0.2, 0.28)
+    loss, _ = ppo_clip_loss(
+        logp, torch.zeros(1, 3), torch.tensor([1.0]), torch.tensor([[1, 1, 0]]), 0.2, 0.28
+    )
     assert loss.item() == pytest.approx(-1.25)  # 1.25 < 1.28: unclipped; the third token is masked out
 
 

@@ -51,7 +51,11 @@ def test_schedule_logging_and_best_checkpoint(tiny, tmp_path: Path, monkeypatch)
     assert [e["eval/pass@1"] for e in evals] == [0.2, 0.5, 0.3]
     assert set(evals[0]) == {"step", "eval/pass@1", "eval/greedy_pass@1", "eval/avg_reward", "eval_ci"}
     # each metric's interval, for the report's eval curve
-    assert evals[1]["eval_ci"] == {"pass@1": [0.5, 0.5], "greedy_pass@1": [0.5, 0.5], "avg_reward": [0.5, 0.5]}
+    assert evals[1]["eval_ci"] == {
+        "pass@1": [0.5, 0.5],
+        "greedy_pass@1": [0.5, 0.5],
+        "avg_reward": [0.5, 0.5],
+    }
     assert seen_kwargs[0] == {"progress": False, "n_samples": 3}
     assert (cb.best_step, cb.best_metric) == (4, 0.5)
 

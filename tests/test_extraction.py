@@ -75,7 +75,10 @@ def test_lines_are_the_interpreters_lines() -> None:
 
 
 def test_a_prompt_that_ends_mid_line_is_continued_on_that_line() -> None:
-    for prompt, completion in [(PROMPT + "    return a +", " b\n"), (PROMPT + "    return a + b  #", "# not a new line")]:
+    for prompt, completion in [
+        (PROMPT + "    return a +", " b\n"),
+        (PROMPT + "    return a + b  #", "# not a new line"),
+    ]:
         ex = extract_code(prompt, completion, "add")
         assert ex.ok and ex.style == "completion" and ex.code == prompt + completion
         ast.parse(ex.code)
@@ -101,7 +104,9 @@ def test_all_canonical_solutions_extract_to_prompt_plus_solution(problems: dict[
 def test_chat_takes_the_last_python_block_and_keeps_prompt_helpers(problems: dict[str, dict]) -> None:
     p = problems["HumanEval/32"]  # the test calls the prompt's helper `poly`
     block = "def find_zero(xs: list):\n    return 0.0\n"
-    content = f"First try:\n```python\ndef find_zero(xs):\n    return 1\n```\nBetter:\n```python\n{block}```\n"
+    content = (
+        f"First try:\n```python\ndef find_zero(xs):\n    return 1\n```\nBetter:\n```python\n{block}```\n"
+    )
     ex = extract_code(p["prompt"], chat(content), "find_zero")
     assert ex.ok and ex.style == "chat"
     assert ex.snippet == block
@@ -144,7 +149,9 @@ def test_text_completion_with_fences_is_read_as_chat() -> None:
 
 
 def test_conversational_content_parts_and_bare_code() -> None:
-    parts = [{"role": "assistant", "content": [{"type": "text", "text": "def add(a, b):\n    return a + b\n"}]}]
+    parts = [
+        {"role": "assistant", "content": [{"type": "text", "text": "def add(a, b):\n    return a + b\n"}]}
+    ]
     assert completion_text(parts) == "def add(a, b):\n    return a + b\n"
     ex = extract_code(PROMPT, parts, "add")
     assert ex.ok and ex.style == "bare"
@@ -209,7 +216,10 @@ def test_bad_style_raises() -> None:
         ("    ...\n", False),
         ("    return a +\n", False),  # does not parse
         (chat("```python\ndef add(a, b):\n    return a + b\n```"), True),
-        (chat("```python\ndef sub(a, b):\n    return a - b\n```"), False),  # wrong name: the prompt's stub wins
+        (
+            chat("```python\ndef sub(a, b):\n    return a - b\n```"),
+            False,
+        ),  # wrong name: the prompt's stub wins
         (chat("```python\ndef add(a, b):\n    return 1\ndef add(a, b):\n    return 2\n```"), False),
     ],
 )

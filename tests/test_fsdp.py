@@ -38,7 +38,9 @@ def fsdp2_environment() -> dict[str, str]:
     config = yaml.safe_load((REPO / "accelerate_configs" / "fsdp2.yaml").read_text())
     env = {"ACCELERATE_USE_FSDP": "true", "ACCELERATE_MIXED_PRECISION": "no", "ACCELERATE_USE_CPU": "true"}
     for key, value in config["fsdp_config"].items():
-        env[f"FSDP_{key.removeprefix('fsdp_').upper()}"] = str(value).lower() if isinstance(value, bool) else str(value)
+        env[f"FSDP_{key.removeprefix('fsdp_').upper()}"] = (
+            str(value).lower() if isinstance(value, bool) else str(value)
+        )
     return env
 
 
@@ -51,7 +53,10 @@ def _fsdp_on_cpu() -> None:
 
     def init(self, *args, **kwargs):
         original(self, *args, **kwargs)
-        if self.distributed_type == DistributedType.MULTI_CPU and os.environ.get("ACCELERATE_USE_FSDP") == "true":
+        if (
+            self.distributed_type == DistributedType.MULTI_CPU
+            and os.environ.get("ACCELERATE_USE_FSDP") == "true"
+        ):
             self.distributed_type = DistributedType.FSDP
             self.fsdp_plugin = kwargs.get("fsdp_plugin") or FullyShardedDataParallelPlugin()
 
@@ -97,7 +102,9 @@ def worker(model_dir: str, out_dir: str) -> None:
         return {k: v for k, v in rows[0].items() if k not in TIMING_KEYS} if len(rows) == 1 else {}
 
     def critic_digest(trainer) -> dict:
-        state = get_model_state_dict(trainer.critic, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        state = get_model_state_dict(
+            trainer.critic, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
         return {k: [float(v.double().sum()), float(v.double().abs().sum())] for k, v in state.items()}
 
     straight = train("straight", 3)
@@ -140,7 +147,10 @@ def test_ppo_trains_checkpoints_and_resumes_under_fsdp2_on_two_cpu_processes(tin
     critic_dir = tmp_path / "resumed" / "checkpoint-2" / "critic"
     weights = load_file(critic_dir / "model.safetensors")
     config = AutoConfig.from_pretrained(tiny_model_dir)
-    assert weights["model.embed_tokens.weight"].shape == (config.vocab_size, config.hidden_size)  # gathered, full
+    assert weights["model.embed_tokens.weight"].shape == (
+        config.vocab_size,
+        config.hidden_size,
+    )  # gathered, full
     assert weights["score.weight"].shape == (1, config.hidden_size)
     import torch
 

@@ -39,7 +39,9 @@ def test_verdicts_compare_each_method_with_grpo() -> None:
     }}  # fmt: skip
     gpu_check.add_ratios(results)
     ppo = results["methods"]["ppo"]
-    assert ppo["step_time_vs_grpo"] == pytest.approx(1.5) and ppo["peak_memory_vs_grpo"] == pytest.approx(85 / 60)
+    assert ppo["step_time_vs_grpo"] == pytest.approx(1.5) and ppo["peak_memory_vs_grpo"] == pytest.approx(
+        85 / 60
+    )
     lines = gpu_check.verdicts(results, full_scale=True)
     assert "ppo step time 1.50x GRPO (target <= 1.3x): MISSED" in lines
     assert "reinforce step time 1.10x GRPO (target <= 1.3x): met" in lines
@@ -49,7 +51,9 @@ def test_verdicts_compare_each_method_with_grpo() -> None:
     assert not any("generation" in line for line in gpu_check.verdicts(results, full_scale=False))
 
 
-@pytest.mark.parametrize("method", ["vanilla_pg", "reinforce", "reinforce_kl", "reinforce_rloo", "ppo", "grpo", "rloo"])
+@pytest.mark.parametrize(
+    "method", ["vanilla_pg", "reinforce", "reinforce_kl", "reinforce_rloo", "ppo", "grpo", "rloo"]
+)
 def test_throughput_config_fills_one_generate_per_sixteen_steps(method: str) -> None:
     """Any method (--method) reads it; one generate samples 512 completions, the optimizer steps every 32."""
     from experiments.config import parse_config
@@ -58,7 +62,11 @@ def test_throughput_config_fills_one_generate_per_sixteen_steps(method: str) -> 
     assert "method" not in raw and raw["bf16"] is True
     exp, cfg = parse_config([str(THROUGHPUT), "--method", method, "--use_cpu", "true", "--bf16", "false"])
     assert exp.method == method
-    assert (cfg.per_device_train_batch_size, cfg.steps_per_generation, cfg.generation_batch_size) == (32, 16, 512)
+    assert (cfg.per_device_train_batch_size, cfg.steps_per_generation, cfg.generation_batch_size) == (
+        32,
+        16,
+        512,
+    )
     assert cfg.gradient_accumulation_steps == 1 and cfg.max_completion_length == 128
     assert (cfg.learning_rate, cfg.temperature, cfg.top_p) == (1e-6, 0.8, 0.9)  # the seed's
 

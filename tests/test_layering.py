@@ -113,7 +113,9 @@ def test_sandbox_imports_only_the_standard_library(module: str) -> None:
     roots = {m.split(".")[0] for m in _imports(FILES[module], module_level=True) if m}
     # A module started as a script (the zygote) imports the files beside it by their bare names.
     siblings = {p.stem for p in FILES[module].parent.glob("*.py")}
-    outside = sorted(r for r in roots if r not in sys.stdlib_module_names and r != "sandbox" and r not in siblings)
+    outside = sorted(
+        r for r in roots if r not in sys.stdlib_module_names and r != "sandbox" and r not in siblings
+    )
     assert not outside, f"{module} imports {outside}"
 
 

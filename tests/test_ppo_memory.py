@@ -55,7 +55,9 @@ def trained(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 
     from experiments.trainers import PPOTrainer
 
-    args = build_config("ppo", output_dir=str(tmp_path_factory.mktemp("ppo")), vf_coef=0.5, entropy_coef=0.01, **TINY)
+    args = build_config(
+        "ppo", output_dir=str(tmp_path_factory.mktemp("ppo")), vf_coef=0.5, entropy_coef=0.01, **TINY
+    )
     trainer = PPOTrainer(model=str(tiny_model_dir), reward_funcs=[length_reward], args=args,
                          train_dataset=train_rows(32), processing_class=AutoTokenizer.from_pretrained(tiny_model_dir))  # fmt: skip
     seen = {"rollouts": [], "batches": [], "critic_rows": [], "events": [], "recording": False}
@@ -149,17 +151,25 @@ def test_update_gradients_equal_one_backward_through_the_summed_loss(trained):
     mask = inputs["completion_mask"].float() * inputs["scorable"][:, None].float()
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
     attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-    values = critic(input_ids=ids, attention_mask=attention).logits[:, inputs["prompt_ids"].size(1) - 1 : -1, 0]
+    values = critic(input_ids=ids, attention_mask=attention).logits[
+        :, inputs["prompt_ids"].size(1) - 1 : -1, 0
+    ]
     logps, entropies, _ = trainer._get_per_token_logps_and_entropies(policy, ids, attention, inputs["completion_ids"].size(1),
                                                                      compute_entropy=True)  # fmt: skip
-    pg, _ = ppo_clip_loss(logps, inputs["old_per_token_logps"], inputs["advantages"], mask, args.epsilon, args.epsilon)
+    pg, _ = ppo_clip_loss(
+        logps, inputs["old_per_token_logps"], inputs["advantages"], mask, args.epsilon, args.epsilon
+    )
     vf, _ = clipped_value_loss(values, inputs["old_values"], inputs["returns"], mask, args.cliprange_value)
-    expected_loss = (pg + args.vf_coef * vf - args.entropy_coef * masked_mean(entropies, mask)) / trainer.current_gradient_accumulation_steps
+    expected_loss = (
+        pg + args.vf_coef * vf - args.entropy_coef * masked_mean(entropies, mask)
+    ) / trainer.current_gradient_accumulation_steps
     expected_loss.backward()
     expected = [p.grad for p in params]
 
     assert loss.item() == pytest.approx(expected_loss.item(), abs=1e-6)
-    assert vf.item() > 0 and any(g is not None and g.abs().sum() > 0 for g in expected[-2:])  # the value term is live
+    assert vf.item() > 0 and any(
+        g is not None and g.abs().sum() > 0 for g in expected[-2:]
+    )  # the value term is live
     for e, g in zip(expected, got, strict=True):
         assert (e is None) == (g is None)
         if e is not None:

@@ -79,7 +79,9 @@ class _Trainer:
         self.callbacks.append(cb)
 
 
-def test_attach_replaces_the_bar_on_the_console_and_writes_to_the_parent_terminal_in_a_child(monkeypatch) -> None:
+def test_attach_replaces_the_bar_on_the_console_and_writes_to_the_parent_terminal_in_a_child(
+    monkeypatch,
+) -> None:
     monkeypatch.delenv(PROGRESS_FD_ENV, raising=False)
     trainer = _Trainer()
     progress = attach(trainer, "grpo")
@@ -148,7 +150,9 @@ def test_run_children_shows_each_childs_progress_and_keeps_its_output_in_its_log
 def test_run_children_runs_jobs_at_once(tmp_path) -> None:
     from experiments.progress import ProgressBoard, run_children
 
-    children = run_children(_children(tmp_path, ["waits", "creates"]), jobs=2, board=ProgressBoard(io.StringIO()))
+    children = run_children(
+        _children(tmp_path, ["waits", "creates"]), jobs=2, board=ProgressBoard(io.StringIO())
+    )
     assert [c.returncode for c in children] == [0, 0]  # one at a time, "waits" would give up (7)
 
 

@@ -59,7 +59,14 @@ def _write_run(
     path.mkdir(parents=True)
     (path / "run.json").write_text(
         json.dumps(
-            {"method": method, "seed": seed, "wall_time_s": wall, "tokens_per_s": 250.0, "model": "tiny", **meta}
+            {
+                "method": method,
+                "seed": seed,
+                "wall_time_s": wall,
+                "tokens_per_s": 250.0,
+                "model": "tiny",
+                **meta,
+            }
         )
     )
     if before is not None:
@@ -160,7 +167,9 @@ def test_report_numbers_match_the_evals(runs: list[Path], tmp_path: Path) -> Non
         assert f"({png}.png)" in text
 
 
-def test_a_curve_some_runs_lack_is_drawn_and_they_are_named_under_it(runs: list[Path], tmp_path: Path) -> None:
+def test_a_curve_some_runs_lack_is_drawn_and_they_are_named_under_it(
+    runs: list[Path], tmp_path: Path
+) -> None:
     md = write_report(runs, tmp_path / "out")
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert (tmp_path / "out" / "kl.png").is_file()
@@ -171,7 +180,9 @@ def test_a_curve_some_runs_lack_is_drawn_and_they_are_named_under_it(runs: list[
 
 
 def test_missing_metric_is_skipped_and_named(tmp_path: Path) -> None:
-    history = [e for e in _log_history(40, np.random.default_rng(0), kl=True, slope=0.3) if "eval/pass@1" not in e]
+    history = [
+        e for e in _log_history(40, np.random.default_rng(0), kl=True, slope=0.3) if "eval/pass@1" not in e
+    ]
     ev = _eval(AFTER_C, AFTER_G)
     md = write_report([_write_run(tmp_path / "grpo", "grpo", 0, ev, ev, history)], tmp_path / "out")
     report = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -322,7 +333,15 @@ def test_coinciding_curves_are_named_and_drawn_apart(tmp_path: Path) -> None:
     dirs = [
         _write_run(tmp_path / "reinforce_rloo", "reinforce_rloo", 42, ev, ev, history),
         # beta 0: TRL's rloo then measures frac_reward_zero_std on the unit-test rewards, as the others do
-        _write_run(tmp_path / "rloo", "rloo", 42, ev, ev, json.loads(json.dumps(history)), method_hparams={"beta": 0.0}),
+        _write_run(
+            tmp_path / "rloo",
+            "rloo",
+            42,
+            ev,
+            ev,
+            json.loads(json.dumps(history)),
+            method_hparams={"beta": 0.0},
+        ),
         _write_run(tmp_path / "grpo", "grpo", 42, ev, ev, other),
     ]
     md = write_report(dirs, tmp_path / "out")
@@ -360,7 +379,12 @@ def _demo_meta(method: str, steps: int) -> dict:
     config = {"dataset": "learnable", "n_train": 2000, "n_eval": 30, "split_seed": 0, "style": "completion",
               "warm_start_steps": 95, "learning_rate": 3e-4, "lr_scheduler_type": "constant_with_warmup",
               "num_generations": 8, "max_completion_length": 16, "temperature": 1.0, "eval_temperature": 1.0}  # fmt: skip
-    budget = {"fresh_prompts": 320, "fresh_completions": 2560, "tokens_generated": 20000, "optimizer_steps": steps}
+    budget = {
+        "fresh_prompts": 320,
+        "fresh_completions": 2560,
+        "tokens_generated": 20000,
+        "optimizer_steps": steps,
+    }
     return {"model": "task", "model_parameters": 920_064, "config": config, "budget": budget}
 
 
@@ -387,11 +411,18 @@ def test_report_has_no_reference_a_reader_cannot_follow(runs: list[Path], tmp_pa
     assert "seed chapter" not in text and "seed 000" not in text
 
 
-def test_one_seed_per_method_says_the_intervals_are_over_problems_only(runs: list[Path], tmp_path: Path) -> None:
+def test_one_seed_per_method_says_the_intervals_are_over_problems_only(
+    runs: list[Path], tmp_path: Path
+) -> None:
     text = write_report(runs, tmp_path / "one").read_text()
-    assert "One training run per method (one seed):** every interval here is over evaluation problems only" in text
+    assert (
+        "One training run per method (one seed):** every interval here is over evaluation problems only"
+        in text
+    )
     between = text.split("## Between methods (after training)")[1]
-    assert between.lstrip().startswith("One seed per method: the intervals and tests below are over evaluation")
+    assert between.lstrip().startswith(
+        "One seed per method: the intervals and tests below are over evaluation"
+    )
     ev = _eval(AFTER_C, AFTER_G)
     seeds = [_write_run(tmp_path / f"grpo-{s}", "grpo", s, ev, ev, None) for s in (0, 1)]
     assert "One training run per method" not in write_report(seeds, tmp_path / "two").read_text()
@@ -407,7 +438,9 @@ def test_eval_curve_carries_the_intervals_the_callback_logged(tmp_path: Path) ->
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     (series,) = report["curves"]["eval_pass_at_1"]["series"]
     assert series["steps"][:2] == [0.0, 10.0]
-    assert series["ci"][0] == pytest.approx(before["metrics"]["pass@1"]["ci"], abs=1e-6)  # step 0: eval_before.json's
+    assert series["ci"][0] == pytest.approx(
+        before["metrics"]["pass@1"]["ci"], abs=1e-6
+    )  # step 0: eval_before.json's
     assert series["ci"][1] == pytest.approx([series["values"][1] - 0.1, series["values"][1] + 0.05], abs=1e-6)
     assert "Whiskers: 95% bootstrap intervals over the evaluation problems." in md.read_text()
 

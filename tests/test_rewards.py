@@ -105,9 +105,19 @@ def test_all_canonical_solutions_score_one_in_chat_style(problems: list[dict]) -
 
 @pytest.mark.parametrize("reward", [unit_test_reward, partial_test_reward, format_reward])
 def test_empty_and_prose_completions_score_zero(reward: rewards.CodeReward) -> None:
-    completions = ["", "   ", "The answer doubles the string.", chat(""), chat("Just concatenate it with itself.")]
+    completions = [
+        "",
+        "   ",
+        "The answer doubles the string.",
+        chat(""),
+        chat("Just concatenate it with itself."),
+    ]
     n = len(completions)
-    scores = reward.score(prompts=[DOUBLE_PROMPT] * n, completions=completions, **columns(DOUBLE_PROMPT, DOUBLE_TEST, "double", n))
+    scores = reward.score(
+        prompts=[DOUBLE_PROMPT] * n,
+        completions=completions,
+        **columns(DOUBLE_PROMPT, DOUBLE_TEST, "double", n),
+    )
     assert scores == [0.0] * n
 
 
@@ -122,7 +132,12 @@ def test_partial_credit_is_the_fraction_of_asserts_passed() -> None:
     cols = columns(SIGN_PROMPT, SIGN_TEST, "sign", n)
     partial = partial_test_reward.score(prompts=[SIGN_PROMPT] * n, completions=completions, **cols)
     assert partial == pytest.approx([2 / 3, 1 / 3, 1.0, 0.0])
-    assert unit_test_reward.score(prompts=[SIGN_PROMPT] * n, completions=completions, **cols) == [0.0, 0.0, 1.0, 0.0]
+    assert unit_test_reward.score(prompts=[SIGN_PROMPT] * n, completions=completions, **cols) == [
+        0.0,
+        0.0,
+        1.0,
+        0.0,
+    ]
 
 
 def test_a_prefix_of_the_expected_output_earns_nothing_for_that_assert() -> None:
@@ -158,16 +173,18 @@ def test_row_without_test_is_none_and_the_others_are_scored() -> None:
         "code_prompt": [DOUBLE_PROMPT] * 3,
     }
     rec = Recorder()
-    assert unit_test_reward.score(prompts=[DOUBLE_PROMPT] * 3, completions=completions, log_metric=rec, **cols) == [
+    assert unit_test_reward.score(
+        prompts=[DOUBLE_PROMPT] * 3, completions=completions, log_metric=rec, **cols
+    ) == [
         1.0,
         None,
         None,
     ]
     assert rec.last["unit_test/no_test_frac"] == pytest.approx(2 / 3)
     # Without a test column at all, nothing can be scored.
-    assert unit_test_reward.score(prompts=[DOUBLE_PROMPT], completions=["    return s + s\n"], entry_point=["double"]) == [
-        None
-    ]
+    assert unit_test_reward.score(
+        prompts=[DOUBLE_PROMPT], completions=["    return s + s\n"], entry_point=["double"]
+    ) == [None]
 
 
 def test_garbage_scores_zero_with_the_reason_in_the_metrics() -> None:
@@ -183,7 +200,10 @@ def test_garbage_scores_zero_with_the_reason_in_the_metrics() -> None:
     for reward in (unit_test_reward, partial_test_reward):
         rec = Recorder()
         scores = reward.score(
-            prompts=[DOUBLE_PROMPT] * n, completions=completions, log_metric=rec, **columns(DOUBLE_PROMPT, DOUBLE_TEST, "double", n)
+            prompts=[DOUBLE_PROMPT] * n,
+            completions=completions,
+            log_metric=rec,
+            **columns(DOUBLE_PROMPT, DOUBLE_TEST, "double", n),
         )
         assert scores == [0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
         p = reward.metric_prefix
@@ -208,7 +228,12 @@ def test_log_metric_receives_the_hacking_signals() -> None:
     ]
     n = len(completions)
     rec = Recorder()
-    scores = reward.score(prompts=[DOUBLE_PROMPT] * n, completions=completions, log_metric=rec, **columns(DOUBLE_PROMPT, DOUBLE_TEST, "double", n))
+    scores = reward.score(
+        prompts=[DOUBLE_PROMPT] * n,
+        completions=completions,
+        log_metric=rec,
+        **columns(DOUBLE_PROMPT, DOUBLE_TEST, "double", n),
+    )
     assert scores == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
     m = rec.last
     assert m["unit_test/passed_frac"] == pytest.approx(1 / n)
@@ -238,7 +263,11 @@ def test_async_call_gives_the_same_numbers_as_score() -> None:
         "    return s + s[:1]\n",
     ]
     n = len(completions)
-    kwargs = {"prompts": [DOUBLE_PROMPT] * n, "completions": completions, **columns(DOUBLE_PROMPT, DOUBLE_TEST, "double", n)}
+    kwargs = {
+        "prompts": [DOUBLE_PROMPT] * n,
+        "completions": completions,
+        **columns(DOUBLE_PROMPT, DOUBLE_TEST, "double", n),
+    }
     for reward in (unit_test_reward, partial_test_reward, format_reward):
         rec_sync, rec_async = Recorder(), Recorder()
         sync = reward.score(**kwargs, log_metric=rec_sync)

@@ -39,7 +39,9 @@ class ScriptedSandbox:
         return self.run_batch(tasks)
 
 
-def score(reward_cls: type, results: list[SimpleNamespace], completions: list, **kw) -> tuple[list, dict, ScriptedSandbox]:
+def score(
+    reward_cls: type, results: list[SimpleNamespace], completions: list, **kw
+) -> tuple[list, dict, ScriptedSandbox]:
     box = ScriptedSandbox(results)
     reward = reward_cls("r_reward", sandbox=box)
     n = len(completions)
@@ -65,7 +67,9 @@ def test_only_extracted_scorable_rows_reach_the_sandbox() -> None:
         test=[TEST, TEST, None],
     )
     assert out == [1.0, 0.0, None]
-    assert box.tasks == [{"program": PROMPT + "    return x\n", "tests": TEST, "entry_point": "f", "trusted_code": PROMPT}]
+    assert box.tasks == [
+        {"program": PROMPT + "    return x\n", "tests": TEST, "entry_point": "f", "trusted_code": PROMPT}
+    ]
     assert m["_extra"]["r/status"] == ["passed", "extract_no_code", "no_test"]
 
 
@@ -103,7 +107,9 @@ def test_result_count_mismatch_is_an_error_not_a_silent_shift() -> None:
 def test_async_path_uses_arun_batch() -> None:
     box = ScriptedSandbox([result("passed", 1, 1)])
     reward = UnitTestReward("r_reward", sandbox=box)
-    out = asyncio.run(reward(prompts=[PROMPT], completions=["    return x\n"], test=[TEST], entry_point=["f"]))
+    out = asyncio.run(
+        reward(prompts=[PROMPT], completions=["    return x\n"], test=[TEST], entry_point=["f"])
+    )
     assert out == [1.0] and len(box.tasks) == 1
 
 

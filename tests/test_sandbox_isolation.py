@@ -22,7 +22,9 @@ from sandbox import _zygote as zygote
 from sandbox.executor import claim_uids
 
 UID_BASE = 62500 + 16 * (os.getpid() % 100)  # away from the default 61000 and from the other test modules
-as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (uids, namespaces without a user namespace)")
+as_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root (uids, namespaces without a user namespace)"
+)
 ADD = "def add(x, y):\n    return x + y\n"
 ADD_TESTS = "def check(candidate):\n    assert candidate(1, 2) == 3\n"
 
@@ -117,8 +119,10 @@ def test_readonly_paths_make_a_package_importable(problems):
                 assert s.run(program, tests, "scale", mode=mode, trusted_code=trusted).passed
             r = s.run(f"import os\nprint(os.statvfs({str(pkg)!r}).f_flag & os.ST_RDONLY)\n")
             assert r.passed and int(r.stdout) == os.ST_RDONLY, r  # a read-only mount, not only permissions
-            r = s.run("import os\nprint(sorted(os.listdir(os.path.dirname(os.path.dirname(__import__("
-                      "'passk_extra_pkg').__file__)))))\n")
+            r = s.run(
+                "import os\nprint(sorted(os.listdir(os.path.dirname(os.path.dirname(__import__("
+                "'passk_extra_pkg').__file__)))))\n"
+            )
             assert r.passed and r.stdout.strip() == "['passk_extra_pkg']"  # nothing else of its parent
         with Sandbox(n_workers=1, uid_base=UID_BASE + 6) as s:  # without it: not there
             r = s.run("import passk_extra_pkg\n")
@@ -126,11 +130,13 @@ def test_readonly_paths_make_a_package_importable(problems):
     finally:
         shutil.rmtree(pkg_root)
     numpy = pytest.importorskip("numpy")
-    with Sandbox(n_workers=1, uid_base=UID_BASE + 4, readonly_paths=[os.path.dirname(numpy.__file__)],
-                 timeout=20) as s:  # a package with extension modules and bundled libraries
+    with Sandbox(
+        n_workers=1, uid_base=UID_BASE + 4, readonly_paths=[os.path.dirname(numpy.__file__)], timeout=20
+    ) as s:  # a package with extension modules and bundled libraries
         program = "import numpy as np\n\ndef total(n):\n    return float(np.arange(n).sum())\n"
-        assert s.run(program, "def check(c):\n    assert c(10) == 45.0\n", "total",
-                     trusted_code="import numpy as np\n").passed
+        assert s.run(
+            program, "def check(c):\n    assert c(10) == 45.0\n", "total", trusted_code="import numpy as np\n"
+        ).passed
     with pytest.raises(ValueError, match="readonly_paths"):
         Sandbox(readonly_paths=["/no/such/path"])
     with pytest.raises(ValueError, match="readonly_paths"):
@@ -149,8 +155,13 @@ def test_tests_see_the_prompts_helpers_not_the_programs(sb, problems, mode):
     assert run(redefine).status is Status.FAILED
     # Names the trusted code does not define are the program's, as in prompt + completion + test.
     program = "def double(x):\n    return 2 * x\n\ndef quad(x):\n    return double(double(x))\n"
-    r = sb.run(program, "def check(c):\n    assert c(1) == 4\n    assert double(3) == 6\n", "quad", mode=mode,
-               trusted_code="def quad(x):\n    '''stub'''\n")
+    r = sb.run(
+        program,
+        "def check(c):\n    assert c(1) == 4\n    assert double(3) == 6\n",
+        "quad",
+        mode=mode,
+        trusted_code="def quad(x):\n    '''stub'''\n",
+    )
     assert r.passed, r
 
 
@@ -158,7 +169,9 @@ def test_tests_see_the_prompts_helpers_not_the_programs(sb, problems, mode):
 def test_a_prompt_that_ends_with_the_header_to_complete_is_trusted_code_too(sb, mode):
     """Completion-style prompts often end with ``def f(x):``; its helpers still reach the tests."""
     prompt = "def double(x):\n    return 2 * x\n\ndef quad(x):\n"
-    completion = "    return double(double(x))\n\ndef double(x):\n    return 0\n"  # redefines the helper, too late
+    completion = (
+        "    return double(double(x))\n\ndef double(x):\n    return 0\n"  # redefines the helper, too late
+    )
     tests = "def check(c):\n    assert c(1) == 4\n    assert double(3) == 6\n"
     assert sb.run(prompt + completion, tests, "quad", mode=mode, trusted_code=prompt).status is Status.FAILED
     honest = prompt + "    return double(double(x))\n"
@@ -169,7 +182,9 @@ def test_a_prompt_that_ends_with_the_header_to_complete_is_trusted_code_too(sb, 
 def test_trusted_code_that_cannot_run_is_a_sandbox_error(sb, mode):
     r = sb.run(ADD, ADD_TESTS, "add", mode=mode, trusted_code="import passk_no_such_module\n")
     assert r.status is Status.SANDBOX_ERROR, r
-    assert "trusted code" in r.message and "passk_no_such_module" in r.message and "readonly_paths" in r.message
+    assert (
+        "trusted code" in r.message and "passk_no_such_module" in r.message and "readonly_paths" in r.message
+    )
     r = sb.run(ADD, ADD_TESTS, "add", mode=mode, trusted_code="def add(x, y:\n")
     assert r.status is Status.SANDBOX_ERROR and "trusted code" in r.message, r
 
@@ -177,9 +192,16 @@ def test_trusted_code_that_cannot_run_is_a_sandbox_error(sb, mode):
 def test_all_canonical_solutions_pass_with_their_prompt_as_trusted_code(problems):
     with Sandbox(n_workers=2, uid_base=UID_BASE + 8) as s:
         for mode in ("rpc", "exec"):
-            tasks = [{"program": p["prompt"] + p["canonical_solution"], "tests": p["test"],
-                      "entry_point": p["entry_point"], "mode": mode, "trusted_code": p["prompt"]}
-                     for p in problems.values()]
+            tasks = [
+                {
+                    "program": p["prompt"] + p["canonical_solution"],
+                    "tests": p["test"],
+                    "entry_point": p["entry_point"],
+                    "mode": mode,
+                    "trusted_code": p["prompt"],
+                }
+                for p in problems.values()
+            ]
             failed = [(t["entry_point"], r.status) for t, r in zip(tasks, s.run_batch(tasks)) if not r.passed]
             assert failed == []
 
@@ -300,12 +322,16 @@ def test_decoding_is_bounded_in_hash_collisions_items_and_depth():
     ok = zygote.decode_value(["s", 1, 2, ["t", 3, "x"], m + 1])  # m + 1 and 1 share a hash: within the bound
     assert ok == {1, 2, (3, "x"), m + 1}
     t0 = time.process_time()
-    for bad in (["s"] + [k * m for k in range(1, 100_001)],  # 100,000 ints that hash to 0
-                ["d"] + [v for k in range(1, 12_001) for v in (["t", k * m], 0)],  # colliding tuple keys
-                ["f"] + [["t", k * m, k * m] for k in range(1, 20)]):
+    for bad in (
+        ["s"] + [k * m for k in range(1, 100_001)],  # 100,000 ints that hash to 0
+        ["d"] + [v for k in range(1, 12_001) for v in (["t", k * m], 0)],  # colliding tuple keys
+        ["f"] + [["t", k * m, k * m] for k in range(1, 20)],
+    ):
         with pytest.raises(zygote.Malformed, match="colliding"):
             zygote.decode_value(bad)
-    assert time.process_time() - t0 < 1.0  # refused after hashing each member once, not after building the set
+    assert (
+        time.process_time() - t0 < 1.0
+    )  # refused after hashing each member once, not after building the set
     with pytest.raises(zygote.Malformed, match="too large"):
         zygote.decode_value(["l"] + [0] * (zygote.MAX_ITEMS + 10))
     deep: list = ["l"]
@@ -331,13 +357,23 @@ def test_rewards_and_the_metric_module_pass_the_prompt_as_trusted_code(sb, probl
 
     p = problems["HumanEval/32"]
     reward = rewards.make_unit_test_reward(sandbox=sb)
-    scores = reward.score(prompts=[p["prompt"]] * 2, completions=[p["canonical_solution"], REBIND_POLY],
-                          test=[p["test"]] * 2, entry_point=["find_zero"] * 2, code_prompt=[p["prompt"]] * 2)
+    scores = reward.score(
+        prompts=[p["prompt"]] * 2,
+        completions=[p["canonical_solution"], REBIND_POLY],
+        test=[p["test"]] * 2,
+        entry_point=["find_zero"] * 2,
+        code_prompt=[p["prompt"]] * 2,
+    )
     assert scores == [1.0, 0.0]
     metric = evaluate.load(str(Path(__file__).resolve().parents[1] / "experiments" / "metrics" / "pass_at_k"))
     programs = [[p["prompt"] + p["canonical_solution"], p["prompt"] + REBIND_POLY]]
-    assert metric.compute(predictions=programs, references=[p["test"]], entry_point="find_zero", k=[1],
-                          trusted_code=[p["prompt"]]) == {"pass@1": 0.5}
+    assert metric.compute(
+        predictions=programs,
+        references=[p["test"]],
+        entry_point="find_zero",
+        k=[1],
+        trusted_code=[p["prompt"]],
+    ) == {"pass@1": 0.5}
 
 
 NO_SYS_ADMIN = """
@@ -355,12 +391,23 @@ def test_degrades_without_cap_sys_admin():
     """Root without CAP_SYS_ADMIN (a default container): no namespaces, no own root; the uid drop, rlimits
     and seccomp remain, the missing layers are reported, and lazy imports still work."""
     program = NO_SYS_ADMIN.format(root=str(Path(__file__).resolve().parents[1]), uid_base=UID_BASE + 60)
-    proc = subprocess.run(["capsh", "--drop=cap_sys_admin", "--", "-c", f"{sys.executable} -I -c \"$0\"", program],
-                          capture_output=True, text=True, timeout=120, cwd="/")
+    proc = subprocess.run(
+        ["capsh", "--drop=cap_sys_admin", "--", "-c", f'{sys.executable} -I -c "$0"', program],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd="/",
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["passed"], out
     off = {k for k, v in out["layers"].items() if not v}
-    assert off == {"network_namespace", "own_root", "minimal_dev", "pid_namespace", "ipc_namespace",
-                   "scratch_tmpfs"}, out["layers"]
+    assert off == {
+        "network_namespace",
+        "own_root",
+        "minimal_dev",
+        "pid_namespace",
+        "ipc_namespace",
+        "scratch_tmpfs",
+    }, out["layers"]
     assert "NOT active" in proc.stderr

@@ -23,19 +23,24 @@ def sb():
 
 
 # ---- comparison -------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("got", [b"1 2\n3\n", b"1 2\r\n3\r\n", b"1 2   \n3", b"1 2\n3\n\n\n", b"1 2\t\n3 \n \n"])
+@pytest.mark.parametrize(
+    "got", [b"1 2\n3\n", b"1 2\r\n3\r\n", b"1 2   \n3", b"1 2\n3\n\n\n", b"1 2\t\n3 \n \n"]
+)
 def test_lines_forgive_only_trailing_whitespace_and_blank_lines(got):
     assert compare_output(got, b"1 2\n3\n") is None
 
 
-@pytest.mark.parametrize("got,why", [
-    (b"1 2\n", "expected 2 lines, got 1"),  # a prefix of the answer (open-r1's zip() would pass it)
-    (b"1 2\n3\n4\n", "expected 2 lines, got 3"),
-    (b"1  2\n3\n", "line 1"),  # spacing inside a line
-    (b" 1 2\n3\n", "line 1"),
-    (b"1 2 3\n", "line 1"),  # another line structure
-    (b"\n1 2\n3\n", "line 1"),
-])
+@pytest.mark.parametrize(
+    "got,why",
+    [
+        (b"1 2\n", "expected 2 lines, got 1"),  # a prefix of the answer (open-r1's zip() would pass it)
+        (b"1 2\n3\n4\n", "expected 2 lines, got 3"),
+        (b"1  2\n3\n", "line 1"),  # spacing inside a line
+        (b" 1 2\n3\n", "line 1"),
+        (b"1 2 3\n", "line 1"),  # another line structure
+        (b"\n1 2\n3\n", "line 1"),
+    ],
+)
 def test_lines_refuse_everything_else(got, why):
     reason = compare_output(got, b"1 2\n3\n")
     assert reason is not None and why in reason
@@ -59,8 +64,10 @@ def test_a_correct_program_passes_every_case_each_in_its_own_process(sb):
     assert r.passed and r.cases == ("passed",) * 6 and (r.asserts_passed, r.asserts_total) == (6, 6)
     assert r.fraction == 1.0
     # Each case is PID 1 of its own namespace, in a fresh /tmp: a file left by one case is not there for the next.
-    probe = ("import os\nfresh = not os.path.exists('/tmp/seen')\nopen('/tmp/seen', 'w').close()\n"
-             "print(os.getpid(), os.getcwd(), fresh, input())\n")
+    probe = (
+        "import os\nfresh = not os.path.exists('/tmp/seen')\nopen('/tmp/seen', 'w').close()\n"
+        "print(os.getpid(), os.getcwd(), fresh, input())\n"
+    )
     r = sb.run_stdio(probe, [(f"{i}\n", f"1 /tmp True {i}\n") for i in range(5)])
     assert r.passed, r
 
@@ -81,8 +88,14 @@ def test_each_case_gets_its_verdict(sb):
     names = ["ok", "wrong", "raise", "exit3", "signal", "loop", "memory", "flood"]
     r = sb.run_stdio(program, [(name + "\n", "right\n") for name in names], timeout=1.0)
     assert dict(zip(names, r.cases)) == {
-        "ok": "passed", "wrong": "wrong_answer", "raise": "runtime_error", "exit3": "runtime_error",
-        "signal": "runtime_error", "loop": "timeout", "memory": "memory_exceeded", "flood": "output_limit",
+        "ok": "passed",
+        "wrong": "wrong_answer",
+        "raise": "runtime_error",
+        "exit3": "runtime_error",
+        "signal": "runtime_error",
+        "loop": "timeout",
+        "memory": "memory_exceeded",
+        "flood": "output_limit",
     }, r
     assert r.status is Status.FAILED and r.asserts_passed == 1 and r.fraction == 1 / 8
     assert r.message.startswith("case 2 of 8: wrong_answer: line 1: expected 'right', got 'nope'"), r.message
@@ -138,19 +151,35 @@ def test_inputs_are_streamed_and_need_not_be_read(sb):
 
 
 def test_a_batch_mixes_function_and_stdio_tasks(sb):
-    tasks = [{"program": SUM, "cases": SUM_CASES},
-             {"program": "def f(x):\n    return x + 1\n", "tests": "assert f(1) == 2\n", "entry_point": "f"},
-             {"program": SUM.replace("+", "-"), "cases": SUM_CASES[1:3], "compare": "tokens"}]
+    tasks = [
+        {"program": SUM, "cases": SUM_CASES},
+        {"program": "def f(x):\n    return x + 1\n", "tests": "assert f(1) == 2\n", "entry_point": "f"},
+        {"program": SUM.replace("+", "-"), "cases": SUM_CASES[1:3], "compare": "tokens"},
+    ]
     assert [r.status for r in sb.run_batch(tasks)] == [Status.PASSED, Status.PASSED, Status.FAILED]
 
 
 # ---- dataset formats --------------------------------------------------------------------------------------
 APPS = {"input_output": json.dumps({"inputs": ["1 2\n", ["3 4"]], "outputs": ["3\n", ["7"]]})}
-APPS_CALL = {"input_output": json.dumps({"fn_name": "add", "inputs": [[1, 2], [[1], [2]]], "outputs": [[3], [[1, 2]]]})}
-CODE_CONTESTS = {"public_tests": {"input": ["1 2\n"], "output": ["3\n"]},
-                 "private_tests": {"input": ["3 4\n"], "output": ["7\n"]}, "generated_tests": None}
-VERIFICATION = {"verification_info": json.dumps({"language": "python", "test_cases": [
-    {"input": "1 2\n", "output": "3\n", "type": "stdin_stdout"}, {"input": "3 4\n", "output": "7\n", "type": "stdin_stdout"}]})}
+APPS_CALL = {
+    "input_output": json.dumps({"fn_name": "add", "inputs": [[1, 2], [[1], [2]]], "outputs": [[3], [[1, 2]]]})
+}
+CODE_CONTESTS = {
+    "public_tests": {"input": ["1 2\n"], "output": ["3\n"]},
+    "private_tests": {"input": ["3 4\n"], "output": ["7\n"]},
+    "generated_tests": None,
+}
+VERIFICATION = {
+    "verification_info": json.dumps(
+        {
+            "language": "python",
+            "test_cases": [
+                {"input": "1 2\n", "output": "3\n", "type": "stdin_stdout"},
+                {"input": "3 4\n", "output": "7\n", "type": "stdin_stdout"},
+            ],
+        }
+    )
+}
 
 
 def test_each_format_reads_into_cases():
@@ -158,18 +187,27 @@ def test_each_format_reads_into_cases():
     assert read_tests(APPS) == read_tests(CODE_CONTESTS) == read_tests(VERIFICATION) == expected
     assert read_tests(CODE_CONTESTS, splits=["private_tests"]) == StdioTests((("3 4\n", "7\n"),))
     assert read_tests(APPS_CALL) == CallTests("add", (((1, 2), [3]), (([1], [2]), [[1, 2]])))
-    assert read_tests({"input_output": json.dumps({"inputs": [[5]], "outputs": [5]}), "fn_name": "f"}).fn_name == "f"
+    assert (
+        read_tests({"input_output": json.dumps({"inputs": [[5]], "outputs": [5]}), "fn_name": "f"}).fn_name
+        == "f"
+    )
     assert read_tests({"input_output": ""}) is None and read_tests({"public_tests": None}) is None
     assert detect_format(["question", "input_output"]) == "apps" and read_tests(APPS, "taco") is not None
 
 
-@pytest.mark.parametrize("row,message", [
-    ({"question": "q", "solutions": "[]"}, "(it has: question, solutions)"),
-    ({"input_output": "{not json"}, "input_output is not valid JSON"),
-    ({"input_output": json.dumps({"inputs": ["1"], "outputs": []})}, "1 inputs but 0 outputs"),
-    ({"verification_info": {"language": "cpp", "test_cases": []}}, "only Python rows"),
-    ({"input_output": json.dumps({"fn_name": "no such", "inputs": [], "outputs": []})}, "not a Python identifier"),
-])
+@pytest.mark.parametrize(
+    "row,message",
+    [
+        ({"question": "q", "solutions": "[]"}, "(it has: question, solutions)"),
+        ({"input_output": "{not json"}, "input_output is not valid JSON"),
+        ({"input_output": json.dumps({"inputs": ["1"], "outputs": []})}, "1 inputs but 0 outputs"),
+        ({"verification_info": {"language": "cpp", "test_cases": []}}, "only Python rows"),
+        (
+            {"input_output": json.dumps({"fn_name": "no such", "inputs": [], "outputs": []})},
+            "not a Python identifier",
+        ),
+    ],
+)
 def test_a_row_in_no_format_or_malformed_gets_one_line(row, message):
     with pytest.raises(ValueError, match=None) as e:
         read_tests(row)

@@ -119,7 +119,9 @@ def capture_rollouts(trainer) -> list[dict]:
         ("reinforce_rloo", lambda r, g: rloo_advantages(r, g, normalize=True)),
     ],
 )
-def test_reinforce_advantages_equal_the_estimators(method, estimator, tiny_model_dir, tokenizer, dataset, tmp_path):
+def test_reinforce_advantages_equal_the_estimators(
+    method, estimator, tiny_model_dir, tokenizer, dataset, tmp_path
+):
     trainer = make_trainer(method, tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward])
     captured = capture_rollouts(trainer)
     trainer.train()
@@ -135,7 +137,9 @@ def test_reinforce_advantages_equal_the_estimators(method, estimator, tiny_model
         assert torch.allclose(out["advantages"], expected, atol=1e-5)
 
 
-def test_reinforce_kl_takes_the_penalty_logps_from_sampling(tiny_model_dir, tokenizer, dataset, tmp_path, monkeypatch):
+def test_reinforce_kl_takes_the_penalty_logps_from_sampling(
+    tiny_model_dir, tokenizer, dataset, tmp_path, monkeypatch
+):
     from experiments.trainers import sampling as module
 
     recorded = []
@@ -177,7 +181,9 @@ def test_reinforce_reuses_one_generation_for_several_steps_with_the_off_policy_g
                            steps_per_generation=2, per_device_train_batch_size=4, learning_rate=1e-2)  # fmt: skip
     generations, batches = [], []
     generate_and_score, compute_loss = trainer._generate_and_score_completions, trainer._compute_loss
-    trainer._generate_and_score_completions = lambda inputs: generations.append(1) or generate_and_score(inputs)
+    trainer._generate_and_score_completions = lambda inputs: (
+        generations.append(1) or generate_and_score(inputs)
+    )
     trainer._compute_loss = lambda model, inputs: batches.append(inputs) or compute_loss(model, inputs)
     trainer.train()
     assert trainer.state.global_step == 2 and len(generations) == 1 and len(batches) == 2
@@ -186,9 +192,13 @@ def test_reinforce_reuses_one_generation_for_several_steps_with_the_off_policy_g
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
     attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
     mask = inputs["completion_mask"].float()
-    logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attention, inputs["completion_ids"].size(1))
+    logps, _, _ = trainer._get_per_token_logps_and_entropies(
+        model, ids, attention, inputs["completion_ids"].size(1)
+    )
     ratio = torch.exp(logps - inputs["old_per_token_logps"])
-    assert (ratio.detach() - 1).abs().max() > 1e-3  # the policy moved since sampling: the check below can fail
+    assert (
+        ratio.detach() - 1
+    ).abs().max() > 1e-3  # the policy moved since sampling: the check below can fail
     surrogate = -(inputs["advantages"][:, None] * ratio * mask).sum(1).mean()
     expected = torch.autograd.grad(surrogate, list(model.parameters()), allow_unused=True)
     got = torch.autograd.grad(compute_loss(model, inputs), list(model.parameters()), allow_unused=True)
@@ -217,14 +227,25 @@ def test_reinforce_kl_penalty_grows_as_the_policy_moves(tiny_model_dir, tokenize
         ("reinforce", {"baseline": "group_mean"}, "rloo", {"beta": 0.0}, 1e-3),
         ("reinforce_kl", {"baseline": "group_mean", "kl_coef": 0.05}, "rloo", {"beta": 0.05}, 1e-3),
         # GRPO's dr_grpo loss sums tokens and divides by a constant; without std scaling its advantage is ours.
-        ("reinforce", {"baseline": "group_mean"}, "grpo",
-         {"loss_type": "dr_grpo", "scale_rewards": "none", "beta": 0.0}, 1e-3),
+        (
+            "reinforce",
+            {"baseline": "group_mean"},
+            "grpo",
+            {"loss_type": "dr_grpo", "scale_rewards": "none", "beta": 0.0},
+            1e-3,
+        ),
         # With per-group std scaling it is the normalised RLOO advantage, up to the std's epsilon (TRL's 1e-4,
         # the seed's 1e-8), which rescales low-variance groups by up to ~1% here. GRPO's KL term (beta) is what
         # keeps the `grpo` row apart from `reinforce_rloo`.
         ("reinforce_rloo", {}, "grpo", {"loss_type": "dr_grpo", "scale_rewards": "group", "beta": 0.0}, 2e-2),
         # The same with the seed's token-mean loss against GRPO's default ("dapo") aggregation.
-        ("reinforce_rloo", {"loss_normalization": "token"}, "grpo", {"scale_rewards": "group", "beta": 0.0}, 2e-2),
+        (
+            "reinforce_rloo",
+            {"loss_normalization": "token"},
+            "grpo",
+            {"scale_rewards": "group", "beta": 0.0},
+            2e-2,
+        ),
     ],
 )
 def test_reinforce_family_takes_the_same_steps_as_trl(
@@ -277,7 +298,9 @@ def test_reinforce_and_reinforce_rloo_coincide_only_in_the_seeds_shape(
     assert (diff < 1e-3 * moved) if same else (diff > 0.05 * moved), (diff / moved).item()
 
 
-def test_token_loss_normalization_is_the_seeds_mean_over_the_batch_tokens(tiny_model_dir, tokenizer, dataset, tmp_path):
+def test_token_loss_normalization_is_the_seeds_mean_over_the_batch_tokens(
+    tiny_model_dir, tokenizer, dataset, tmp_path
+):
     """`loss_normalization="token"`: -Σ_{i,t} A_i log π(y_it) / Σ_{i,t} 1 over the generation batch, the seed's
     `loss_per_token.sum() / shift_mask.sum()`, also when the batch is split into accumulated micro-batches."""
     trainer = make_trainer("reinforce", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
@@ -303,7 +326,9 @@ def test_token_loss_normalization_is_the_seeds_mean_over_the_batch_tokens(tiny_m
 
 
 @pytest.mark.parametrize("method", ["reinforce_kl", "ppo"])
-def test_logprob_temperature_takes_log_pi_from_the_raw_logits(method, tiny_model_dir, tokenizer, dataset, tmp_path):
+def test_logprob_temperature_takes_log_pi_from_the_raw_logits(
+    method, tiny_model_dir, tokenizer, dataset, tmp_path
+):
     """The seed samples at 0.8 but takes log π = log_softmax(logits) (T = 1): with `logprob_temperature=1` the loss's,
     the reference's and the sampling recorder's log-probabilities are all at T = 1, while sampling stays at 0.8."""
     trainer = make_trainer(method, tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
@@ -320,7 +345,11 @@ def test_logprob_temperature_takes_log_pi_from_the_raw_logits(method, tiny_model
     def raw_logps(model, temperature):
         with torch.no_grad():
             logits = model(input_ids=ids, attention_mask=attention).logits[:, -n - 1 : -1].float()
-        return torch.log_softmax(logits / temperature, -1).gather(-1, out["completion_ids"][..., None]).squeeze(-1)
+        return (
+            torch.log_softmax(logits / temperature, -1)
+            .gather(-1, out["completion_ids"][..., None])
+            .squeeze(-1)
+        )
 
     ref = trainer.ref_model
     assert torch.allclose(out["ref_per_token_logps"][mask], raw_logps(ref, 1.0)[mask], atol=1e-4)
@@ -328,7 +357,9 @@ def test_logprob_temperature_takes_log_pi_from_the_raw_logits(method, tiny_model
     with torch.no_grad():
         logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attention, n)
     assert torch.allclose(logps[mask], raw_logps(trainer.model, 1.0)[mask], atol=1e-4)
-    if method == "ppo":  # log π_old, recorded while sampling, at T = 1 too (the policy has moved since: use ref)
+    if (
+        method == "ppo"
+    ):  # log π_old, recorded while sampling, at T = 1 too (the policy has moved since: use ref)
         assert torch.allclose(out["old_per_token_logps"][mask], raw_logps(ref, 1.0)[mask], atol=1e-4)
 
 
@@ -361,7 +392,10 @@ def test_ppo_takes_old_logps_from_sampling_not_a_forward_pass(tiny_model_dir, to
     trainer = make_trainer("ppo", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward])
     assert trainer.args.num_iterations == 2  # GRPOTrainer alone would run a forward pass for log π_old
     policy_passes, rollouts, in_rollout = [], [], []
-    logps_fn, generate_and_score = trainer._get_per_token_logps_and_entropies, trainer._generate_and_score_completions
+    logps_fn, generate_and_score = (
+        trainer._get_per_token_logps_and_entropies,
+        trainer._generate_and_score_completions,
+    )
 
     def counting(model, *a, **k):
         if in_rollout and model is trainer.model:
@@ -379,7 +413,9 @@ def test_ppo_takes_old_logps_from_sampling_not_a_forward_pass(tiny_model_dir, to
     trainer._generate_and_score_completions = wrapped
     trainer.train()
     assert len(rollouts) == 1 and not policy_passes
-    assert [h["ppo/old_logps_recorded"] for h in trainer.state.log_history if "ppo/old_logps_recorded" in h] == [1.0]
+    assert [
+        h["ppo/old_logps_recorded"] for h in trainer.state.log_history if "ppo/old_logps_recorded" in h
+    ] == [1.0]
     out, forward = rollouts[0]
     mask = out["completion_mask"].bool()
     assert torch.allclose(out["old_per_token_logps"][mask], forward[mask], atol=1e-4)
@@ -413,11 +449,17 @@ def test_ppo_critic_learns_and_is_clipped_stepped_and_zeroed(tiny_model_dir, tok
 
     def record_norm(optimizer, args, kwargs):
         grads = [p.grad for p in critic.parameters() if p.grad is not None]
-        norms_at_step.append(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item())
+        norms_at_step.append(
+            torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
+        )
 
-    trainer.critic_optimizer.optimizer.register_step_pre_hook(record_norm)  # the torch optimizer accelerate wraps
+    trainer.critic_optimizer.optimizer.register_step_pre_hook(
+        record_norm
+    )  # the torch optimizer accelerate wraps
     trainer.train()
-    assert len(norms_at_step) == trainer.state.global_step == 2  # once per optimizer step, not per micro-batch
+    assert (
+        len(norms_at_step) == trainer.state.global_step == 2
+    )  # once per optimizer step, not per micro-batch
     assert all(n <= max_norm * (1 + 1e-3) for n in norms_at_step)
     logged = [h["ppo/critic_grad_norm"] for h in trainer.state.log_history if "ppo/critic_grad_norm" in h]
     assert logged and max(logged) > max_norm  # the clip was exercised
@@ -468,7 +510,9 @@ def test_ppo_critic_learns_the_returns_on_the_task(warm_task_model, tmp_path):
             mask = trainer._loss_mask(out).float() * out["scorable"][:, None].float()
             for name, weights in (("fresh", fresh), ("trained", trained)):
                 critic.load_state_dict(weights)
-                errors[name] += masked_mean((trainer._critic_values(critic, out) - out["returns"]) ** 2, mask).item()
+                errors[name] += masked_mean(
+                    (trainer._critic_values(critic, out) - out["returns"]) ** 2, mask
+                ).item()
             errors["mean"] += masked_mean((mean_return - out["returns"]) ** 2, mask).item()
     assert errors["trained"] < 0.75 * errors["fresh"], errors
     assert errors["trained"] < 1.05 * errors["mean"], errors
@@ -502,7 +546,9 @@ def test_ppo_checkpoint_saves_and_resume_restores_the_critic(tiny_model_dir, tok
     first = make_trainer("ppo", tiny_model_dir, tokenizer, dataset, tmp_path, **common)
     first.train()
     ckpt = tmp_path / "ppo" / "checkpoint-1" / "critic"
-    assert {"model.safetensors", "config.json", "optimizer.pt", "scheduler.pt"} <= {p.name for p in ckpt.iterdir()}
+    assert {"model.safetensors", "config.json", "optimizer.pt", "scheduler.pt"} <= {
+        p.name for p in ckpt.iterdir()
+    }
     from safetensors.torch import load_file
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
@@ -519,7 +565,9 @@ def test_ppo_checkpoint_saves_and_resume_restores_the_critic(tiny_model_dir, tok
     def load_and_snapshot(checkpoint):
         original_load(checkpoint)
         restored["weights"] = params_of(second.accelerator.unwrap_model(second.critic))
-        restored["optimizer"] = copy.deepcopy(get_optimizer_state_dict(second.critic, second.critic_optimizer.optimizer))
+        restored["optimizer"] = copy.deepcopy(
+            get_optimizer_state_dict(second.critic, second.critic_optimizer.optimizer)
+        )
         restored["scheduler_epoch"] = second.critic_scheduler.last_epoch
 
     second._load_optimizer_and_scheduler = load_and_snapshot
@@ -535,12 +583,16 @@ def test_ppo_checkpoint_saves_and_resume_restores_the_critic(tiny_model_dir, tok
 
 
 def test_ppo_runs_with_one_generation_per_prompt(tiny_model_dir, tokenizer, dataset, tmp_path):
-    trainer = make_trainer("ppo", tiny_model_dir, tokenizer, dataset, tmp_path, num_generations=1, max_steps=1)
+    trainer = make_trainer(
+        "ppo", tiny_model_dir, tokenizer, dataset, tmp_path, num_generations=1, max_steps=1
+    )
     trainer.train()
     assert trainer.args.num_generations == 1 and trainer.state.global_step == 1
 
 
-def test_ppo_rejects_fsdp1_and_deepspeed_at_construction(tiny_model_dir, tokenizer, dataset, tmp_path, monkeypatch):
+def test_ppo_rejects_fsdp1_and_deepspeed_at_construction(
+    tiny_model_dir, tokenizer, dataset, tmp_path, monkeypatch
+):
     """FSDP2 shards the critic (tests/test_fsdp.py); FSDP v1 and DeepSpeed fail before any model loads."""
     args = build_config("ppo", output_dir=str(tmp_path), **TINY)
     with monkeypatch.context() as m:
@@ -593,7 +645,9 @@ def test_kl_coef_sets_beta_only_for_the_reference_model(tmp_path):
 
 
 def test_build_config_merges_defaults_and_rejects_unknown_keys(tmp_path):
-    config = build_config("reinforce_rloo", output_dir=str(tmp_path), use_cpu=True, bf16=False, learning_rate=1e-5)
+    config = build_config(
+        "reinforce_rloo", output_dir=str(tmp_path), use_cpu=True, bf16=False, learning_rate=1e-5
+    )
     assert (config.baseline, config.normalize_advantages, config.learning_rate) == ("rloo", True, 1e-5)
     assert build_config("reinforce_rloo", output_dir=str(tmp_path), use_cpu=True, bf16=False,
                         normalize_advantages=False).normalize_advantages is False  # fmt: skip
@@ -606,9 +660,20 @@ def test_build_config_merges_defaults_and_rejects_unknown_keys(tmp_path):
 
 
 def test_methods_table():
-    assert list(METHODS) == ["vanilla_pg", "reinforce", "reinforce_kl", "reinforce_rloo", "ppo", "grpo", "rloo"]
+    assert list(METHODS) == [
+        "vanilla_pg",
+        "reinforce",
+        "reinforce_kl",
+        "reinforce_rloo",
+        "ppo",
+        "grpo",
+        "rloo",
+    ]
     for name, spec in METHODS.items():
         assert spec.name == name and spec.paper and spec.hparams
         assert set(spec.defaults) <= set(spec.hparams), name  # what defines a method is reported with it
         assert set(spec.hparams) <= config_fields(spec.config_cls), name
-        assert issubclass(spec.config_cls, __import__("trl").GRPOConfig) or spec.config_cls.__name__ == "RLOOConfig"
+        assert (
+            issubclass(spec.config_cls, __import__("trl").GRPOConfig)
+            or spec.config_cls.__name__ == "RLOOConfig"
+        )

@@ -173,7 +173,10 @@ def test_our_rewards_score_through_trls_calculate_rewards(trainer: str, style: s
 @pytest.mark.parametrize("trainer", sorted(TRAINERS))
 def test_the_stdio_rewards_score_through_trls_calculate_rewards(trainer: str, async_loop: Any) -> None:
     """APPS-style rows (the test columns are the dataset's own): a right program, and one right on 1 of 2 cases."""
-    row = {"problem_id": "sum", "input_output": '{"inputs": ["1 2\\n", "5 5\\n"], "outputs": ["3\\n", "10\\n"]}'}
+    row = {
+        "problem_id": "sum",
+        "input_output": '{"inputs": ["1 2\\n", "5 5\\n"], "outputs": ["3\\n", "10\\n"]}',
+    }
     prompts = [[{"role": "user", "content": "Read a and b, print a + b."}]] * 2
     programs = ["print(sum(map(int, input().split())))\n", "print(3)\n"]
     completions = [[{"role": "assistant", "content": f"```python\n{p}```"}] for p in programs]

@@ -15,9 +15,22 @@ SEAMS = {
     "_generate_and_score_completions": ["self", "inputs"],
     "_compute_loss": ["self", "model", "inputs"],
     "_get_per_token_logps_and_entropies": [
-        "self", "model", "input_ids", "attention_mask", "logits_to_keep", "batch_size", "compute_entropy",
+        "self",
+        "model",
+        "input_ids",
+        "attention_mask",
+        "logits_to_keep",
+        "batch_size",
+        "compute_entropy",
     ],
-    "_generate_single_turn": ["self", "prompt_ids", "images", "multimodal_fields", "num_generations", "has_tool_images"],
+    "_generate_single_turn": [
+        "self",
+        "prompt_ids",
+        "images",
+        "multimodal_fields",
+        "num_generations",
+        "has_tool_images",
+    ],
     "_save_checkpoint": ["self", "model", "trial"],
     "_load_optimizer_and_scheduler": ["self", "checkpoint"],
     "create_scheduler": ["self", "num_training_steps", "optimizer"],
@@ -25,7 +38,9 @@ SEAMS = {
 
 
 def test_trl_is_the_pinned_minor():
-    assert trl.__version__.startswith("1.16."), f"passk's trainers are written against TRL 1.16, found {trl.__version__}"
+    assert trl.__version__.startswith("1.16."), (
+        f"passk's trainers are written against TRL 1.16, found {trl.__version__}"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(SEAMS))

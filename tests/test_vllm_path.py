@@ -103,7 +103,9 @@ class StandInEngine:
         )  # fmt: skip
         tokens = out.sequences[:, width:]
         # processed_logprobs: the log-softmax of the distribution actually sampled from (after temperature etc.)
-        lps = torch.stack([torch.log_softmax(s.float(), -1) for s in out.scores], 1).gather(2, tokens[..., None])[..., 0]
+        lps = torch.stack([torch.log_softmax(s.float(), -1) for s in out.scores], 1).gather(
+            2, tokens[..., None]
+        )[..., 0]
         results = []
         for row_tokens, row_lps in zip(tokens.tolist(), lps.tolist(), strict=True):
             end = next((i + 1 for i, t in enumerate(row_tokens) if t in self.eos), len(row_tokens))
@@ -141,7 +143,9 @@ class StandInLLM:
                                      p.max_tokens, p.logprobs)  # fmt: skip
         outputs = []
         for prompt, (ids, lps) in zip(prompts, samples, strict=True):
-            logprobs = None if lps is None else [{t: SimpleNamespace(logprob=lp, rank=1)} for t, lp in zip(ids, lps)]
+            logprobs = (
+                None if lps is None else [{t: SimpleNamespace(logprob=lp, rank=1)} for t, lp in zip(ids, lps)]
+            )
             completion = SimpleNamespace(token_ids=ids, logprobs=logprobs)
             outputs.append(SimpleNamespace(prompt_token_ids=prompt["prompt_token_ids"], outputs=[completion]))
         return outputs
@@ -205,7 +209,9 @@ def _forward_logps(trainer, model, out) -> torch.Tensor:
     ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
     attention = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
     with torch.no_grad():
-        logps, _, _ = trainer._get_per_token_logps_and_entropies(model, ids, attention, out["completion_ids"].size(1))
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            model, ids, attention, out["completion_ids"].size(1)
+        )
     return logps
 
 
@@ -246,7 +252,9 @@ def test_method_on_the_vllm_path(method, mode, stand_in_vllm, tiny_model_dir, tm
     trainer.train()
 
     assert trainer.state.global_step == 2 and rollouts
-    assert engine.syncs >= len(rollouts) and all(r["synced"] for r in rollouts)  # weights pushed before sampling
+    assert engine.syncs >= len(rollouts) and all(
+        r["synced"] for r in rollouts
+    )  # weights pushed before sampling
     returned = iter(engine.returned)
     for r in rollouts:
         out = r["out"]
@@ -256,7 +264,9 @@ def test_method_on_the_vllm_path(method, mode, stand_in_vllm, tiny_model_dir, tm
         if method == "rloo":
             continue  # TRL's RLOO asks vLLM for no log-probs and computes its own
         sampling = out["sampling_per_token_logps"]
-        assert (sampling - r["policy_logps"])[mask].abs().max() > 1e-4  # vLLM's numerics differ from the policy's
+        assert (sampling - r["policy_logps"])[
+            mask
+        ].abs().max() > 1e-4  # vLLM's numerics differ from the policy's
         if method == "grpo":
             continue
         # Ours: log π_old is the policy's forward pass (GRPOTrainer's, for its importance-sampling correction).
@@ -266,7 +276,9 @@ def test_method_on_the_vllm_path(method, mode, stand_in_vllm, tiny_model_dir, tm
         if method in REINFORCE_ESTIMATORS:
             rewards = r["rewards"]
             if trainer.args.kl_coef > 0:
-                rewards = rewards - trainer.args.kl_coef * kl_k1(r["policy_logps"], r["ref_logps"], mask).sum(1)
+                rewards = rewards - trainer.args.kl_coef * kl_k1(r["policy_logps"], r["ref_logps"], mask).sum(
+                    1
+                )
             expected = REINFORCE_ESTIMATORS[method](rewards, trainer.num_generations)
             assert torch.allclose(out["advantages"], expected, atol=1e-5)
         if method == "ppo":
@@ -295,7 +307,9 @@ def test_method_on_the_vllm_path(method, mode, stand_in_vllm, tiny_model_dir, tm
             values = trainer._critic_values(critic, inputs)
         pg, _ = ppo_clip_loss(logps, inputs["old_per_token_logps"], inputs["advantages"], mask, args.epsilon,
                               args.epsilon, weights=weights)  # fmt: skip
-        vf, _ = clipped_value_loss(values, inputs["old_values"], inputs["returns"], mask, args.cliprange_value)
+        vf, _ = clipped_value_loss(
+            values, inputs["old_values"], inputs["returns"], mask, args.cliprange_value
+        )
         expected = pg + args.vf_coef * vf - args.entropy_coef * masked_mean(entropies, mask)
     else:
         ratio = torch.exp(logps - inputs["old_per_token_logps"])

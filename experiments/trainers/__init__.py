@@ -190,5 +190,7 @@ def build_config(method: str, **overrides: Any) -> Any:
     spec = METHODS[method]
     unknown = sorted(set(overrides) - config_fields(spec.config_cls))
     if unknown:
-        raise ValueError(f"unknown config key(s) for {method} ({spec.config_cls.__name__}): {', '.join(unknown)}")
+        raise ValueError(
+            f"unknown config key(s) for {method} ({spec.config_cls.__name__}): {', '.join(unknown)}"
+        )
     return spec.config_cls(**(spec.defaults | overrides))

@@ -114,7 +114,9 @@ def batch_baseline_advantages(rewards: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(adv, nan=0.0)
 
 
-def group_baseline_advantages(rewards: torch.Tensor, group_size: int, normalize: bool = False) -> torch.Tensor:
+def group_baseline_advantages(
+    rewards: torch.Tensor, group_size: int, normalize: bool = False
+) -> torch.Tensor:
     """REINFORCE with a per-prompt mean baseline: A_i = r_i - mean_j r_j over the i-th completion's group.
 
     This is the seed experiment's baseline (`rewards - rewards.mean()` over the G completions of one prompt), i.e.
@@ -243,7 +245,11 @@ def ppo_clip_loss(
 
 
 def clipped_value_loss(
-    values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, clip: float = 0.2
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    clip: float = 0.2,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO's clipped value loss: 0.5 * E_t[ max((V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2) ].
 
@@ -260,7 +266,9 @@ def clipped_value_loss(
     return loss, clipfrac
 
 
-def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor | None = None) -> float:
+def explained_variance(
+    values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor | None = None
+) -> float:
     """1 - Var[R - V] / Var[R]: 1 for a perfect critic, 0 for one that predicts a constant, < 0 if worse.
 
     Returns NaN when the returns have zero variance (nothing to explain).

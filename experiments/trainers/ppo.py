@@ -45,6 +45,7 @@ returns no hidden states to read values from. With the two changes above PPO's p
 GRPO's on CPU (benchmarks/bench_memory.py; benchmarks/gpu_check.py measures the 1.5B shape), within the 1.5x
 target without sharing, so passk keeps PPO's usual separate critic.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -164,11 +165,15 @@ class PPOConfig(GRPOConfig):
     gamma: float = field(default=1.0, metadata={"help": "Discount factor of the per-token returns."})
     lam: float = field(default=1.0, metadata={"help": "GAE lambda (1: Monte-Carlo return minus the value)."})
     whiten_advantages: bool = field(default=True, metadata={"help": "Whiten the advantages of each batch."})
-    kl_coef: float = field(default=0.05, metadata={"help": "Per-token KL penalty to the reference, in the reward."})
+    kl_coef: float = field(
+        default=0.05, metadata={"help": "Per-token KL penalty to the reference, in the reward."}
+    )
     num_iterations: int = field(default=2, metadata={"help": "PPO epochs over each generation batch."})
     logprob_temperature: float | None = field(
         default=None,
-        metadata={"help": "Temperature of log π in the ratio and KL (None: the sampling temperature; the seed: 1)."},
+        metadata={
+            "help": "Temperature of log π in the ratio and KL (None: the sampling temperature; the seed: 1)."
+        },
     )
 
     def __post_init__(self):
@@ -187,14 +192,19 @@ class PPOConfig(GRPOConfig):
                 self.logprob_temperature is None or self.logprob_temperature > 0,
                 f"logprob_temperature must be > 0; got {self.logprob_temperature}",
             ),
-            (not self.fp16, "PPOTrainer does not support fp16 (its critic has no loss scaler); use bf16 or fp32"),
+            (
+                not self.fp16,
+                "PPOTrainer does not support fp16 (its critic has no loss scaler); use bf16 or fp32",
+            ),
         ]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
         check_logprob_temperature(self)
         if self.beta not in (0.0, self.kl_coef):
-            raise ValueError(f"PPOConfig puts its KL penalty in the reward with kl_coef; leave beta at 0 (got {self.beta})")
+            raise ValueError(
+                f"PPOConfig puts its KL penalty in the reward with kl_coef; leave beta at 0 (got {self.beta})"
+            )
         self.beta = self.kl_coef  # only so that GRPOTrainer builds the reference model; never a loss term
         # GRPOConfig rejects num_generations=1 (its advantages need groups); PPO's do not.
         requested = self.num_generations
@@ -311,7 +321,9 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
             raise ValueError(_unsupported_message(unsupported))
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
         if self.is_deepspeed_enabled:  # set up by accelerate from its own config
-            raise ValueError(_unsupported_message(f"DeepSpeed ZeRO-{self.accelerator.state.deepspeed_plugin.zero_stage}"))
+            raise ValueError(
+                _unsupported_message(f"DeepSpeed ZeRO-{self.accelerator.state.deepspeed_plugin.zero_stage}")
+            )
         if self.is_fsdp_enabled and self.accelerator.state.fsdp_plugin.fsdp_version != 2:
             raise ValueError(_unsupported_message("FSDP v1"))
 
@@ -324,7 +336,9 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
         critic.config.pad_token_id = self._tokenizer.pad_token_id
         disable_dropout_in_model(critic)
         if args.gradient_checkpointing:
-            critic.gradient_checkpointing_enable(gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs)
+            critic.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs
+            )
         optimizer = torch.optim.AdamW(
             critic.parameters(),
             lr=args.critic_lr,
@@ -354,7 +368,9 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
             )
         return scheduler
 
-    def _critic_values(self, critic: torch.nn.Module, batch: dict[str, Any], batch_size: int | None = None) -> torch.Tensor:
+    def _critic_values(
+        self, critic: torch.nn.Module, batch: dict[str, Any], batch_size: int | None = None
+    ) -> torch.Tensor:
         """V(s_t) for every completion position t: the critic's output at the token before y_t.
 
         Prompts are left-padded to length P, so position P-1+t holds the last token of s_t = prompt + y_<t.
@@ -367,7 +383,9 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
         values = []
         for i in range(0, input_ids.size(0), batch_size):
             with self.accelerator.autocast():
-                logits = critic(input_ids=input_ids[i : i + batch_size], attention_mask=attention_mask[i : i + batch_size]).logits
+                logits = critic(
+                    input_ids=input_ids[i : i + batch_size], attention_mask=attention_mask[i : i + batch_size]
+                ).logits
             values.append(logits[:, first:-1, 0].float())
         return torch.cat(values)
 
@@ -417,7 +435,11 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
             token_rewards[rows, last] += scores.to(mask.dtype) * scorable.to(mask.dtype)
 
             # Values, GAE, returns; then whitened advantages.
-            chunk = self.args.per_device_train_batch_size if mode == "train" else self.args.per_device_eval_batch_size
+            chunk = (
+                self.args.per_device_train_batch_size
+                if mode == "train"
+                else self.args.per_device_eval_batch_size
+            )
             values = self._critic_values(self.accelerator.unwrap_model(self.critic), out, chunk) * mask
             advantages, returns = masked_gae(token_rewards, values, mask, args.gamma, args.lam)
             if args.whiten_advantages:
@@ -450,7 +472,9 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
         # the policy's forward pass allocates its own. Its parameters are disjoint from the policy's, so this is
         # the gradient of the summed loss; the returned loss carries the value term's value, not its graph.
         values = self._critic_values(self.critic, inputs)
-        vf_loss, vf_clipfrac = clipped_value_loss(values, inputs["old_values"], inputs["returns"], mask, args.cliprange_value)
+        vf_loss, vf_clipfrac = clipped_value_loss(
+            values, inputs["old_values"], inputs["returns"], mask, args.cliprange_value
+        )
         if mode == "train" and vf_loss.requires_grad:
             self.accelerator.backward(args.vf_coef * vf_loss / normalizer)
             vf_loss = vf_loss.detach()
@@ -486,7 +510,9 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
     # a checkpoint written by one layout resumes under another.
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False):
         super().save_model(output_dir, _internal_call)
-        state = get_model_state_dict(self.critic, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        state = get_model_state_dict(
+            self.critic, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
         if self.args.should_save:
             critic_dir = Path(output_dir or self.args.output_dir) / CRITIC_DIR
             self.accelerator.unwrap_model(self.critic).save_pretrained(critic_dir, state_dict=state)
@@ -496,10 +522,14 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
         if self.args.save_only_model:
             return
         optimizer_state = get_optimizer_state_dict(
-            self.critic, self.critic_optimizer.optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            self.critic,
+            self.critic_optimizer.optimizer,
+            options=StateDictOptions(full_state_dict=True, cpu_offload=True),
         )
         if self.args.should_save:
-            checkpoint = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            checkpoint = (
+                Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
             torch.save(optimizer_state, checkpoint / CRITIC_DIR / CRITIC_OPTIMIZER)
             if self.critic_scheduler is not None:
                 torch.save(self.critic_scheduler.state_dict(), checkpoint / CRITIC_DIR / CRITIC_SCHEDULER)
@@ -510,7 +540,9 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
             return
         critic_dir = Path(checkpoint) / CRITIC_DIR
         if not critic_dir.is_dir():
-            raise FileNotFoundError(f"{checkpoint} has no {CRITIC_DIR}/ folder: it was not saved by PPOTrainer")
+            raise FileNotFoundError(
+                f"{checkpoint} has no {CRITIC_DIR}/ folder: it was not saved by PPOTrainer"
+            )
         # Every rank reads the full state (as the Trainer reads the policy's checkpoint) and keeps its shard.
         full = StateDictOptions(full_state_dict=True)
         set_model_state_dict(self.critic, read_critic_weights(critic_dir), options=full)
@@ -521,7 +553,9 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
             else:
                 set_optimizer_state_dict(self.critic, self.critic_optimizer.optimizer, state, options=full)
         if self.critic_scheduler is not None and (critic_dir / CRITIC_SCHEDULER).is_file():
-            self.critic_scheduler.load_state_dict(torch.load(critic_dir / CRITIC_SCHEDULER, weights_only=True))
+            self.critic_scheduler.load_state_dict(
+                torch.load(critic_dir / CRITIC_SCHEDULER, weights_only=True)
+            )
 
 
 def read_critic_weights(critic_dir: Path) -> dict[str, torch.Tensor]:

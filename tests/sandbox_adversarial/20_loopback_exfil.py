@@ -5,9 +5,11 @@ import os
 import socket
 
 payload = repr(dict(os.environ)).encode()
-for family, kind, addr in ((socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", int("{PORT}"))),
-                           (socket.AF_INET6, socket.SOCK_STREAM, ("::ffff:127.0.0.1", int("{PORT}"))),
-                           (socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1", int("{UDP_PORT}")))):
+for family, kind, addr in (
+    (socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", int("{PORT}"))),
+    (socket.AF_INET6, socket.SOCK_STREAM, ("::ffff:127.0.0.1", int("{PORT}"))),
+    (socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1", int("{UDP_PORT}"))),
+):
     try:
         s = socket.socket(family, kind)
         s.settimeout(0.5)

@@ -102,8 +102,14 @@ class PassAtK(evaluate.Metric):
         tasks, owner = [], []
         for i, (candidates, test) in enumerate(zip(predictions, references)):
             for program in candidates:
-                tasks.append({"program": program, "tests": test, "entry_point": entry_points[i],
-                              "trusted_code": trusted[i]})
+                tasks.append(
+                    {
+                        "program": program,
+                        "tests": test,
+                        "entry_point": entry_points[i],
+                        "trusted_code": trusted[i],
+                    }
+                )
                 owner.append(i)
         kwargs = {"timeout": float(timeout), "memory_mb": int(memory_mb)}
         if num_workers is not None:
