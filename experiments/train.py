@@ -39,7 +39,7 @@ from typing import Any
 
 from experiments.budget import scheduled_rows
 from experiments.config import ExperimentArgs, check_output_dir, method_spec, parse_config
-from experiments.data import build_datasets
+from experiments.data import build_datasets, problem_kind
 from experiments.errors import USER_ERRORS, ConfigError
 from experiments.models import (
     MODEL_SAMPLING_KEYS,
@@ -208,7 +208,7 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
     spec = method_spec(exp.method or "")
     train_rows, eval_rows = build_datasets(exp)
     train_rows = scheduled_rows(exp, train_rows, cfg.seed)
-    reward_funcs = build_reward_funcs(exp)
+    reward_funcs = build_reward_funcs(exp, problem_kind(train_rows.column_names))
     peft_config = lora_config(exp)
 
     with state.main_process_first():  # one process builds the cached models; the others then find them
