@@ -34,7 +34,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -362,8 +362,9 @@ def _as_bool(value: Any) -> bool:
     return str(value).strip().lower() in ("true", "1", "yes", "y", "t")
 
 
-def _drop_flags(args: Sequence[str], keys: Sequence[str]) -> list[str]:
-    """args without the `--key value` / `--key=value` flags of `keys`."""
+def drop_flags(args: Sequence[str], flags: Mapping[str, bool]) -> list[str]:
+    """args without each `--flag` of `flags`: `--flag value` when `flags[flag]` (it takes a value), or
+    `--flag=value`."""
     out: list[str] = []
     skip = False
     for a in args:
@@ -371,8 +372,8 @@ def _drop_flags(args: Sequence[str], keys: Sequence[str]) -> list[str]:
             skip = False
             continue
         name = a[2:].split("=", 1)[0] if a.startswith("--") else None
-        if name in keys:
-            skip = "=" not in a
+        if name in flags:
+            skip = flags[name] and "=" not in a
             continue
         out.append(a)
     return out
@@ -498,7 +499,7 @@ def parse_config(
             k: _as_bool(cli_value(cli, k)) if cli_value(cli, k) is not None else layered.get(k)
             for k in DEVICE_KEYS
         }
-        cli = _drop_flags(cli, DEVICE_KEYS)
+        cli = drop_flags(cli, dict.fromkeys(DEVICE_KEYS, True))
         layered.update(use_cpu=True, bf16=False, fp16=False)
     parser.set_defaults_with_config(**layered)
     try:

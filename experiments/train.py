@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.budget import scheduled_rows
-from experiments.config import ExperimentArgs, check_output_dir, method_spec, parse_config
+from experiments.config import ExperimentArgs, check_output_dir, drop_flags, method_spec, parse_config
 from experiments.data import build_datasets, problem_kind
 from experiments.errors import USER_ERRORS, ConfigError
 from experiments.models import (
@@ -320,22 +320,6 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
     return out
 
 
-def _without(args: Sequence[str], flags: dict[str, bool]) -> list[str]:
-    """args without each `--flag` of `flags` (`--flag value` when it takes a value, or `--flag=value`)."""
-    out: list[str] = []
-    skip = False
-    for a in args:
-        if skip:
-            skip = False
-            continue
-        key = a[2:].split("=", 1)[0] if a.startswith("--") else None
-        if key in flags:
-            skip = flags[key] and "=" not in a
-            continue
-        out.append(a)
-    return out
-
-
 def interrupted_message(args: Sequence[str], cfg: Any) -> str:
     """After Ctrl-C: where the last checkpoint is and the exact `passk train` command that resumes from it."""
     import shlex
@@ -348,7 +332,7 @@ def interrupted_message(args: Sequence[str], cfg: Any) -> str:
         when = "save_strategy is 'no'" if str(cfg.save_strategy) in ("no", "SaveStrategy.NO") else \
             f"the first save comes at step {cfg.save_steps:g}"  # fmt: skip
         return f"passk: interrupted; no checkpoint in {out} ({when}), so nothing to resume: run it again with --overwrite"
-    resume = ["passk", "train", *_without(args, {"overwrite": False, "resume": True}), "--resume", "true"]
+    resume = ["passk", "train", *drop_flags(args, {"overwrite": False, "resume": True}), "--resume", "true"]
     return f"passk: interrupted; last checkpoint: {last}; resume with: {shlex.join(resume)}"
 
 
