@@ -344,7 +344,7 @@ def _row_fields(row: Mapping[str, Any], style: str) -> tuple[Any, str, dict[str,
     prompt = row["prompt"]
     code_prompt = row.get("code_prompt")
     task_id = str(row.get("task_id", ""))
-    from rewards.code_rewards import STDIO_COLUMNS
+    from rewards.code_rewards import STDIO_COLUMNS  # rewards stays out of this module's import time
 
     stdio = {c: row[c] for c in STDIO_COLUMNS if row.get(c) is not None}
     if stdio and not row.get("test"):
@@ -501,7 +501,9 @@ def _generate(
 def _make_reward(sandbox_kwargs: Mapping[str, Any] | None, stdio: bool = False) -> Any:
     import rewards
 
-    return rewards.make_reward("stdio_test" if stdio else "unit_test", **dict(sandbox_kwargs or {}))
+    if sandbox_kwargs:
+        return rewards.make_reward("stdio_test" if stdio else "unit_test", **dict(sandbox_kwargs))
+    return rewards.stdio_test_reward if stdio else rewards.unit_test_reward  # the shared pools
 
 
 def _as_completion(text: str, chat: bool) -> Any:
