@@ -44,9 +44,10 @@ import yaml
 
 from experiments.errors import ConfigError
 from experiments.models import MODEL_SAMPLING_KEYS
+from experiments.reward_funcs import BUILTIN
 
 DATASETS = ("humaneval", "learnable")
-BUILTIN_REWARDS = ("unit_test", "partial", "format")
+BUILTIN_REWARDS = tuple(BUILTIN["function"])  # the built-in reward names a config may give
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 # passk's defaults for trainer-config keys, below the method's and the YAML's: local TensorBoard logs,
