@@ -125,7 +125,8 @@ def test_canonical_solutions_score_one_and_wrong_bodies_zero(tiny, rows3, raw3) 
     assert res.entropy is None and "entropy" not in res.metrics  # a scripted generate never calls the meter
     assert (res.pass_at_k["pass@1"].ci_low, res.pass_at_k["pass@1"].ci_high) == (1.0, 1.0)
     assert res.problems[0].first_completion == canon[0]
-    assert [c["do_sample"] for c in good.calls] == [True, True, False, False]  # 3 prompts in batches of 2
+    # 3 prompts in batches of 2; the greedy answer is the last row of each prompt's copies
+    assert [(c["do_sample"], c["batch"]) for c in good.calls] == [(True, 2), (True, 1)]
     # 3 problems x 3 completions, each canonical + eos
     per = [len(tok(c, add_special_tokens=False)["input_ids"]) + 1 for c in canon]
     assert res.tokens_generated == 3 * sum(per)
@@ -199,3 +200,47 @@ def test_entropy_is_the_policys_own_on_its_samples(tiny, rows3) -> None:
             count += stop
         assert problem.entropy == pytest.approx(total / count, rel=1e-4)
     assert res.entropy.value == pytest.approx(sum(p.entropy for p in res.problems) / 3)
+
+
+def _texts(model, tok, rows, **kwargs) -> list[list[str]]:
+    from experiments.evaluation import _generate
+
+    ids = [_prompt_ids(tok, row["prompt"]) for row in rows]
+    common = {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 24, "batch_size": 3, "progress": False,
+              "desc": "test"}  # fmt: skip
+    with torch.no_grad(), torch.random.fork_rng():
+        torch.manual_seed(11)
+        return _generate(model, tok, ids, **common, **kwargs)[0]
+
+
+def test_shared_prompt_prefill_samples_what_a_full_prefill_samples(tiny, rows3, monkeypatch) -> None:
+    """Each prompt's copies share one prefill (a repeated KV cache); with the same seed, every sample is the
+    sample `generate` draws when it prefills every copy itself."""
+    import experiments.evaluation as evaluation
+
+    model, tok = tiny
+    model.eval()
+    calls = []
+    shared = evaluation._shared_prompt_cache
+
+    def spy(*args, **kwargs):
+        cache = shared(*args, **kwargs)
+        calls.append(cache is not None)
+        return cache
+
+    monkeypatch.setattr(evaluation, "_shared_prompt_cache", spy)
+    with_cache = _texts(model, tok, rows3, num_return_sequences=4, do_sample=True)
+    assert calls == [True], "the shared prefill was not used"
+    monkeypatch.setattr(evaluation, "_shared_prompt_cache", lambda *a, **k: None)
+    full = _texts(model, tok, rows3, num_return_sequences=4, do_sample=True)
+    assert with_cache == full
+    assert len({t for texts in full for t in texts}) > 3  # sampled, not one text repeated
+
+
+def test_greedy_row_decodes_what_greedy_generate_decodes(tiny, rows3) -> None:
+    model, tok = tiny
+    model.eval()
+    mixed = _texts(model, tok, rows3, num_return_sequences=3, do_sample=True, greedy_last=True)
+    greedy = _texts(model, tok, rows3, num_return_sequences=1, do_sample=False)
+    assert [texts[-1] for texts in mixed] == [texts[0] for texts in greedy]
+    assert [texts[:-1] for texts in mixed] != [[g[0], g[0]] for g in greedy]  # the other rows still sample

@@ -346,12 +346,17 @@ class _SampledVsGreedyModel:
     def generate(self, input_ids, attention_mask, generation_config, logits_processor=None):
         import torch
 
+        from experiments.evaluation import _ArgmaxRows
+
+        # As in a real model: a row that _ArgmaxRows makes one-hot samples the greedy token.
+        greedy_last = any(isinstance(p, _ArgmaxRows) for p in logits_processor or ())
+        n = generation_config.num_return_sequences
         outs = []
         for ids, mask in zip(input_ids.tolist(), attention_mask.tolist()):
             prompt = tuple(i for i, m in zip(ids, mask) if m)
-            for j in range(generation_config.num_return_sequences):
-                answer = self.sampled[prompt][j] if generation_config.do_sample else self.greedy[prompt]
-                outs.append(ids + answer)
+            for j in range(n):
+                greedy = not generation_config.do_sample or (greedy_last and j == n - 1)
+                outs.append(ids + (self.greedy[prompt] if greedy else self.sampled[prompt][j]))
         width = max(map(len, outs))
         return torch.tensor([o + [self.pad_id] * (width - len(o)) for o in outs])
 
