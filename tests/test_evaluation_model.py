@@ -244,3 +244,22 @@ def test_greedy_row_decodes_what_greedy_generate_decodes(tiny, rows3) -> None:
     greedy = _texts(model, tok, rows3, num_return_sequences=1, do_sample=False)
     assert [texts[-1] for texts in mixed] == [texts[0] for texts in greedy]
     assert [texts[:-1] for texts in mixed] != [[g[0], g[0]] for g in greedy]  # the other rows still sample
+
+
+@pytest.mark.parametrize("k", [8, 256])  # 8: most rows take the full-sort fallback
+def test_top_p_keeps_the_tokens_transformers_top_p_keeps(k) -> None:
+    from transformers import TopPLogitsWarper
+
+    from experiments.evaluation import _TopP
+
+    gen = torch.Generator().manual_seed(0)
+    sharpness = torch.tensor([0.1, 0.5, 1.0, 2.0, 4.0, 8.0]).repeat_interleave(5)[:, None]
+    scores = torch.randn(30, 5000, generator=gen) * sharpness
+    input_ids = torch.zeros(30, 1, dtype=torch.long)
+    for top_p, temperature in [(0.9, 0.7), (0.95, 1.0), (0.5, 1.3)]:
+        ours = _TopP(top_p, temperature, k=k)(input_ids, scores.clone())
+        theirs = TopPLogitsWarper(top_p)(input_ids, scores / temperature)
+        assert torch.equal(ours > float("-inf"), theirs > float("-inf"))
+        kept = (ours > float("-inf")).sum(dim=1)
+        assert kept.min() >= 1 and kept.max() > k  # flat rows keep more than k tokens: the fallback ran
+        assert torch.equal(ours[ours > float("-inf")], scores[ours > float("-inf")])  # kept logits untouched
