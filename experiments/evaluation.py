@@ -417,10 +417,11 @@ class _TopP(LogitsProcessor):
     """Top-p (nucleus) filtering at `temperature`, keeping the tokens transformers' `TopPLogitsWarper` keeps (those
     whose more probable tokens hold less than `top_p`, and at least one), without sorting the whole vocabulary.
 
-    The warper sorts all 49k tokens of every row at every step: half of a CPU decode step at 100 rows. The nucleus
-    of a row lies in its `k` most probable tokens whenever they hold `top_p` of the mass, which `topk` finds
-    cheaply; the rare row whose top `k` hold less is filtered by the warper itself. It runs before `generate`'s
-    temperature, which leaves the removed tokens at -inf.
+    The warper sorts all 49k tokens of every row at every step: about a third of a CPU decode step of SmolLM2 at
+    100 rows (`benchmarks/bench_smollm2_cpu.py --what kernels`). The nucleus of a row lies in its `k` most
+    probable tokens whenever they hold `top_p` of the mass, which `topk` finds cheaply; the rare row whose top `k`
+    hold less is filtered by the warper itself. It runs before `generate`'s temperature, which leaves the removed
+    tokens at -inf.
     """
 
     def __init__(self, top_p: float, temperature: float, k: int = 256) -> None:
@@ -462,7 +463,7 @@ def _shared_prompt_cache(model: Any, input_ids: Any, attention_mask: Any, repeat
     sharing does not apply (one sequence per prompt, a prompt of one token, not a transformers decoder).
 
     `generate(num_return_sequences=n)` copies each prompt n times before the prefill, so the prefill costs n times
-    what it needs: with 100-token prompts and n = 4 that was most of an evaluation's time on CPU. The last prompt
+    what it needs (with n = 4, three quarters of it is repeated work). The last prompt
     token is left for `generate` to feed, since it needs at least one token to continue from; the position ids are
     the ones `generate` derives from the left-padded mask, so the cache holds what its own prefill would.
     """
