@@ -229,7 +229,7 @@ def worker_kernels(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]
     """The choices behind the CPU settings, each timed on SmolLM2 itself: float32 vs bfloat16 matmuls, decoding
     cost per row by batch size, the dynamic vs the static KV cache, and top-p by sorting vs `_TopP`."""
     import torch
-    from transformers import AutoModelForCausalLM, TemperatureLogitsWarper, TopPLogitsWarper
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TemperatureLogitsWarper, TopPLogitsWarper
 
     from experiments import train as runner
     from experiments.evaluation import _TopP
@@ -257,28 +257,38 @@ def worker_kernels(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]
             2 * a.shape[0] * hidden * inter / seconds / 1e9
         )
 
+    # Decoding and top-p on the budget's own evaluation prompts (chat, ~110 tokens): the model's next-token
+    # distributions on them are as sharp as in an evaluation, which random token ids would not give.
+    from experiments.evaluation import _prompt_ids
+
+    tokenizer = AutoTokenizer.from_pretrained(runner.starting_model(exp))
+    _, eval_rows = runner.build_datasets(exp)
+    prompts = [_prompt_ids(tokenizer, row["prompt"]) for row in eval_rows.select(range(64))]
+    width = min(map(len, prompts))
+    ids = torch.tensor([p[-width:] for p in prompts])  # the same length, no padding
+
     def decode(rows: int, new_tokens: int, **kwargs: Any) -> float:
-        ids = torch.randint(0, model.config.vocab_size - 1, (rows, 100))
+        batch = ids[:rows]
         with torch.inference_mode():
-            return best_of(lambda: model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
-                                                  temperature=0.7, top_p=0.9, top_k=0, max_new_tokens=new_tokens,
-                                                  min_new_tokens=new_tokens, **kwargs), repeats=1)  # fmt: skip
+            return best_of(lambda: model.generate(input_ids=batch, attention_mask=torch.ones_like(batch),
+                                                  do_sample=True, temperature=0.7, top_p=0.9, top_k=0,
+                                                  max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                                  **kwargs), repeats=2)  # fmt: skip
 
     out["decode_s_per_step"] = {}
     for rows in (16, 32, 64):
-        out["decode_s_per_step"][rows] = (decode(rows, 17) - decode(rows, 1)) / 16
+        out["decode_s_per_step"][rows] = (decode(rows, 33) - decode(rows, 1)) / 32
     out["decode_s_per_step_static_cache_16"] = (
-        decode(16, 17, cache_implementation="static") - decode(16, 1, cache_implementation="static")
-    ) / 16
+        decode(16, 33, cache_implementation="static") - decode(16, 1, cache_implementation="static")
+    ) / 32
 
-    with torch.inference_mode():  # top-p on the model's own next-token logits, 100 rows
-        ids = torch.randint(0, model.config.vocab_size - 1, (100, 100))
+    with torch.inference_mode():  # top-p on the model's own next-token logits, 64 rows
         logits = model(input_ids=ids, logits_to_keep=1).logits[:, -1]
-    ids = ids[:, :1]
+    first = ids[:, :1]
     temperature, warper = TemperatureLogitsWarper(0.7), TopPLogitsWarper(0.9)
-    out["top_p_s_100_rows"] = {
-        "transformers_sort": best_of(lambda: warper(ids, temperature(ids, logits.clone()))),
-        "passk_topk": best_of(lambda: _TopP(0.9, 0.7)(ids, logits.clone())),
+    out["top_p_s_64_rows"] = {
+        "transformers_sort": best_of(lambda: warper(first, temperature(first, logits.clone()))),
+        "passk_topk": best_of(lambda: _TopP(0.9, 0.7)(first, logits.clone())),
     }
     return out
 

@@ -417,11 +417,11 @@ class _TopP(LogitsProcessor):
     """Top-p (nucleus) filtering at `temperature`, keeping the tokens transformers' `TopPLogitsWarper` keeps (those
     whose more probable tokens hold less than `top_p`, and at least one), without sorting the whole vocabulary.
 
-    The warper sorts all 49k tokens of every row at every step: about a third of a CPU decode step of SmolLM2 at
-    100 rows (`benchmarks/bench_smollm2_cpu.py --what kernels`). The nucleus of a row lies in its `k` most
-    probable tokens whenever they hold `top_p` of the mass, which `topk` finds cheaply; the rare row whose top `k`
-    hold less is filtered by the warper itself. It runs before `generate`'s temperature, which leaves the removed
-    tokens at -inf.
+    The warper sorts all 49k tokens of every row at every step: a fifth of a CPU decoding step of SmolLM2 at 64
+    rows, 9x what this takes (`benchmarks/bench_smollm2_cpu.py --what kernels`). The nucleus of a row lies in its
+    `k` most probable tokens whenever they hold `top_p` of the mass, which `topk` finds cheaply; the rare row whose
+    top `k` hold less is filtered by the warper itself. It runs before `generate`'s temperature, which leaves the
+    removed tokens at -inf.
     """
 
     def __init__(self, top_p: float, temperature: float, k: int = 256) -> None:
