@@ -53,7 +53,8 @@ def test_smollm2_reward_rises_on_its_training_problems(smollm2_dir, tmp_path, mo
 
     problems = [p for p in tasks.train_problems(None, seed=0) if p.op == OP][:PROBLEMS]
     rows = to_rl_rows(tasks.build_rows(problems), style="chat", system_prompt=None)
-    monkeypatch.setattr(train, "build_datasets", lambda exp: (rows, rows))  # train and score the same problems
+    # Train on these rows and evaluate on the same rows: the check is about the problems trained on.
+    monkeypatch.setattr(train, "build_datasets", lambda exp: (rows, rows))
     monkeypatch.setenv("PASSK_CACHE", str(smollm2_dir.parent))  # the converted model, made once per session
     args = [str(config_path("smollm2_learnable")), "--output_dir", str(tmp_path / "run")]
     for key, value in TRAIN.items():
