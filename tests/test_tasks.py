@@ -21,6 +21,7 @@ from experiments.tasks import (
     heldout_rows,
     is_heldout,
     sft_rows,
+    train_problems,
     train_rows,
 )
 from experiments.warm_start import task_model_path, warm_start
@@ -45,6 +46,9 @@ def test_heldout_split_is_deterministic_disjoint_and_about_a_fifth():
     assert rows["task_id"] == heldout_rows(300, seed=3)["task_id"]
     assert rows["task_id"] != heldout_rows(300, seed=4)["task_id"]
     assert not set(rows["task_id"]) & set(train["task_id"])
+    # train_rows are the rows of train_problems, in the same order; None takes the whole training split.
+    assert train["task_id"] == [f"synth/{p.identity}" for p in train_problems(3000, seed=3)]
+    assert len(train_problems(None)) == len(problems) - len(held)
 
 
 def test_no_heldout_body_appears_in_training():
