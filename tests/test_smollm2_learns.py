@@ -6,10 +6,11 @@ two-proportion z test of "after > before" over all sampled completions, passing 
 
 The problems are the first two training-split problems of the `max` operation ("Return the larger of y and -9."),
 chosen by operation before their own scores were seen: on the held-out `max` problems the starting model passes
-about a quarter of its samples (benchmarks/results/smollm2/), mostly answering `return y, -9`, so a group of 8
-completions usually holds a right and a wrong answer and GRPO has a signal from the first steps. A first design
-(4 mixed problems, most of them already solved, learning rate 5e-5, 2 prompts x 4 per step) did not rise
-(40/64 -> 32/64); this one went 7/48 -> 44/48 (z = 7.6) when it was calibrated.
+about a quarter of its samples (benchmarks/results/smollm2/), often answering `return m, -16` for "the larger of m
+and -16", so a group of 8 completions usually holds a right and a wrong answer and GRPO has a signal from the first
+steps. A first design (4 mixed problems, most of them already solved, learning rate 5e-5, 2 prompts x 4 per step)
+did not rise (40/64 -> 32/64). This one, calibrated at seeds 0 and 1 with one thread, went 7/48 -> 44/48 and
+6/48 -> 48/48; at the budget file's seed 42 with 2 threads it goes 3/48 -> 46/48 (z = 8.8), 2:43 on 2 quiet cores.
 Runs through `experiments.train.run`, the path `passk train smollm2_learnable` takes, with the training problems
 as its evaluation rows.
 """
