@@ -327,7 +327,7 @@ def cmd_eval(argv: Sequence[str]) -> int:
 RUN_EVAL_KEYS: tuple[str, ...] = ("dataset", "n_train", "n_eval", "split_seed", "style", "system_prompt",
                                   "model_generation_config", "reward_timeout", "reward_memory_mb", "eval_n",
                                   "eval_ks", "eval_temperature", "eval_top_p", "eval_max_new_tokens", "eval_greedy",
-                                  "eval_batch_size", "num_threads", "seed")  # fmt: skip
+                                  "eval_batch_size", "eval_processes", "num_threads", "seed")  # fmt: skip
 
 
 def _run_record_of(model: str) -> Path | None:

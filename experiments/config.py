@@ -122,6 +122,8 @@ class ExperimentArgs:
         eval_max_new_tokens (`int`, defaults to `256`): Sampling settings (the seed's baseline evaluation).
         eval_greedy (`bool`, defaults to `True`): Also score one greedy completion (greedy pass@1).
         eval_batch_size (`int`, defaults to `8`): Prompts per `generate` call.
+        eval_processes (`int`, defaults to `1`): CPU only: split the problems over this many forked processes,
+            the torch threads divided between them (on 2 cores, 2 single-thread processes decode ~2x faster).
         eval_every_n_steps (`int`, defaults to `0`): Evaluate during training every N optimizer steps
             (`PassAtKCallback`, logged as `eval/pass@k`); 0 evaluates only before and after.
         eval_before (`bool`, defaults to `True`), eval_after (`bool`, defaults to `True`): Write
@@ -180,6 +182,9 @@ class ExperimentArgs:
     eval_max_new_tokens: int = field(default=256, metadata={"help": "pass@k completion length limit."})
     eval_greedy: bool = field(default=True, metadata={"help": "Also score one greedy completion."})
     eval_batch_size: int = field(default=8, metadata={"help": "Prompts per generate call in evaluation."})
+    eval_processes: int = field(
+        default=1, metadata={"help": "CPU evaluation split over this many forked processes."}
+    )
     eval_every_n_steps: int = field(
         default=0, metadata={"help": "Evaluate every N steps (0: before/after only)."}
     )
@@ -643,7 +648,15 @@ def validate(exp: ExperimentArgs, cfg: Any, *, world_size: int | None = None) ->
         raise ConfigError(
             f"dataset: {exp.dataset!r} is neither {' nor '.join(DATASETS)} nor an existing file"
         )
-    for key in ("n_train", "eval_n", "eval_max_new_tokens", "eval_batch_size", "num_threads"):
+    positive = (
+        "n_train",
+        "eval_n",
+        "eval_max_new_tokens",
+        "eval_batch_size",
+        "eval_processes",
+        "num_threads",
+    )
+    for key in positive:
         minimum = 0 if key == "num_threads" else 1
         if getattr(exp, key) < minimum:
             raise ConfigError(f"{key}: must be >= {minimum}, got {getattr(exp, key)}")

@@ -599,6 +599,67 @@ def _generate(
     return texts, n_tokens, hit_max, seconds, entropies
 
 
+def _generate_in_processes(
+    model: Any, tokenizer: Any, prompt_ids: list[list[int]], *, processes: int, seed: int, **kwargs: Any
+) -> tuple[list[list[str]], int, list[list[bool]], float, list[float | None]]:
+    """`_generate` over `processes` forked CPU processes, each with a contiguous share of the prompts and an equal
+    share of the torch threads; share i samples from `torch.manual_seed(seed + i)`, so share 0 draws what a single
+    process would. Decoding a batch multiplies small matrices that two threads split poorly, so on a CPU two
+    single-thread processes decode nearly twice as fast as one process with two threads."""
+    import multiprocessing
+
+    # A forked child cannot use, and must not touch, its parent's CUDA context.
+    if torch.cuda.is_initialized():
+        raise ValueError("processes > 1 is for CPU evaluation; this process has initialised CUDA")
+    size = -(-len(prompt_ids) // processes)
+    shares = [prompt_ids[i : i + size] for i in range(0, len(prompt_ids), size)]
+    threads = max(1, torch.get_num_threads() // len(shares))
+
+    def child(index: int, share: list[list[int]], conn: Any) -> None:
+        try:
+            torch.set_num_threads(threads)
+            torch.manual_seed(seed + index)
+            with torch.no_grad():
+                conn.send(("ok", _generate(model, tokenizer, share, **{**kwargs, "progress": False})))
+        except BaseException as e:  # reported by the parent, in one line
+            conn.send(("error", f"{type(e).__name__}: {e}"))
+        finally:
+            conn.close()
+
+    context = multiprocessing.get_context("fork")  # the children share the model's weights copy-on-write
+    t0 = time.perf_counter()
+    pipes, workers = [], []
+    for index, share in enumerate(shares):
+        receive, send = context.Pipe(duplex=False)
+        worker = context.Process(target=child, args=(index, share, send), daemon=True)
+        worker.start()
+        send.close()
+        pipes.append(receive)
+        workers.append(worker)
+    results = []
+    try:
+        for index, receive in enumerate(pipes):
+            try:
+                status, value = receive.recv()
+            except EOFError:
+                raise RuntimeError(f"evaluation process {index} died without a result") from None
+            if status != "ok":
+                raise RuntimeError(f"evaluation process {index} failed: {value}")
+            results.append(value)
+    finally:
+        for worker in workers:
+            worker.join(timeout=10)
+            if worker.is_alive():
+                worker.kill()
+    return (
+        [t for r in results for t in r[0]],
+        sum(r[1] for r in results),
+        [h for r in results for h in r[2]],
+        time.perf_counter() - t0,
+        [e for r in results for e in r[4]],
+    )
+
+
 def _make_reward(sandbox_kwargs: Mapping[str, Any] | None, stdio: bool = False) -> Any:
     import rewards
 
@@ -631,6 +692,7 @@ def evaluate_model(
     n_bootstrap: int = 1000,
     confidence: float = 0.95,
     generation_kwargs: Mapping[str, Any] | None = None,
+    processes: int = 1,
 ) -> EvalResult:
     """Sample `n_samples` completions per problem (plus one greedy if `greedy`), run the unit tests, and
     report unbiased pass@k for each k <= n_samples, greedy pass@1, first-sample pass@1, average reward and the
@@ -643,11 +705,15 @@ def evaluate_model(
     (e.g. a training run) is left untouched. The model's train/eval mode is restored afterwards.
     `generation_kwargs` (e.g. `{"top_k": 20, "repetition_penalty": 1.1}`) go into every generate call's config,
     over the pinned top_k=0 / repetition_penalty=1.0.
+    `processes` > 1 (CPU only) splits the problems over that many forked processes, the torch threads divided
+    between them; the samples then depend on it: the i-th share of the problems samples from seed + i.
     """
     if style not in ("completion", "chat"):
         raise ValueError(f"style must be 'completion' or 'chat', got {style!r}")
     if n_samples < 1:
         raise ValueError("n_samples must be >= 1")
+    if processes < 1:
+        raise ValueError(f"processes must be >= 1, got {processes}")
     skipped = [k for k in ks if k > n_samples]
     if skipped:
         logger.warning("pass@k for k=%s skipped: k > n_samples=%d", skipped, n_samples)
@@ -673,11 +739,17 @@ def evaluate_model(
             common = {"max_new_tokens": max_new_tokens, "batch_size": batch_size, "progress": progress,
                       "generation_kwargs": generation_kwargs}  # fmt: skip
             # The greedy answer is one more row of each prompt's batch (greedy_last), not a second pass.
-            texts, tokens, hit, gen_seconds, entropy_s = _generate(
-                model, tokenizer, ids, num_return_sequences=n_samples + int(greedy), do_sample=True,
-                temperature=temperature, top_p=top_p, greedy_last=greedy,
-                desc=f"pass@k sampling (n={n_samples}" + (" + greedy)" if greedy else ")"), **common,
-            )  # fmt: skip
+            desc = f"pass@k sampling (n={n_samples}" + (" + greedy)" if greedy else ")")
+            sampling = {"num_return_sequences": n_samples + int(greedy), "do_sample": True, "temperature": temperature,
+                        "top_p": top_p, "greedy_last": greedy, "desc": desc, **common}  # fmt: skip
+            if processes > 1 and device.type != "cpu":
+                raise ValueError(f"processes > 1 is for CPU evaluation; the model is on {device.type}")
+            if processes > 1 and len(ids) > 1:
+                texts, tokens, hit, gen_seconds, entropy_s = _generate_in_processes(
+                    model, tokenizer, ids, processes=processes, seed=seed, **sampling
+                )
+            else:
+                texts, tokens, hit, gen_seconds, entropy_s = _generate(model, tokenizer, ids, **sampling)
             samples = [t[:n_samples] for t in texts]
             greedy_texts = [t[n_samples:] for t in texts]
             hit_s = [h[:n_samples] for h in hit]
@@ -748,6 +820,7 @@ def evaluate_model(
             "seed": seed,
             "style": style,
             "batch_size": batch_size,
+            **({"processes": processes} if processes > 1 else {}),
             **({"generation_kwargs": dict(generation_kwargs)} if generation_kwargs else {}),
         },
         confidence=confidence,
@@ -774,6 +847,7 @@ def eval_kwargs(
         "greedy": exp.eval_greedy,
         "seed": seed,
         "batch_size": exp.eval_batch_size,
+        "processes": exp.eval_processes,
         "style": exp.style,
         "sandbox_kwargs": {"timeout": exp.reward_timeout, "memory_mb": exp.reward_memory_mb},
         **({"generation_kwargs": generation_kwargs} if generation_kwargs else {}),

@@ -246,6 +246,39 @@ def test_greedy_row_decodes_what_greedy_generate_decodes(tiny, rows3) -> None:
     assert [texts[:-1] for texts in mixed] != [[g[0], g[0]] for g in greedy]  # the other rows still sample
 
 
+def test_processes_split_the_problems_and_seed_each_share(tiny, rows3) -> None:
+    """processes=2 forks two CPU processes: the first takes problems 0-1 and samples from the seed, the second
+    problem 2 from seed + 1, so the result is exactly two single-process evaluations joined; the caller's RNG stream
+    and the model's mode are left as they were."""
+    model, tok = tiny
+    model.train()
+    torch.manual_seed(99)
+    expected_next = torch.rand(3)
+    torch.manual_seed(99)
+    kw = {"n_samples": 3, "ks": (1,), "temperature": 1.0, **FAST}
+    split = evaluate_model(model, tok, rows3, seed=7, processes=2, **kw)
+    assert torch.equal(torch.rand(3), expected_next) and model.training
+    first = evaluate_model(model, tok, rows3.select([0, 1]), seed=7, **kw)
+    second = evaluate_model(model, tok, rows3.select([2]), seed=8, **kw)
+
+    def per_problem(result):
+        return [
+            (p.task_id, p.rewards, p.first_completion, p.greedy_passed, p.n_truncated)
+            for p in result.problems
+        ]
+
+    assert per_problem(split) == per_problem(first) + per_problem(second)
+    joined = [p.entropy for p in first.problems + second.problems]
+    assert [p.entropy for p in split.problems] == pytest.approx(joined, rel=1e-6)
+    assert split.tokens_generated == first.tokens_generated + second.tokens_generated
+    assert split.settings["processes"] == 2 and "processes" not in first.settings
+    # The second share drew its own samples: with the first share's seed, problem 2 samples something else.
+    same_seed = evaluate_model(model, tok, rows3.select([2]), seed=7, **kw)
+    assert per_problem(same_seed)[0][2] != per_problem(second)[0][2]
+    with pytest.raises(ValueError, match="processes must be >= 1"):
+        evaluate_model(model, tok, rows3, processes=0, **kw)
+
+
 @pytest.mark.parametrize("k", [8, 256])  # 8: most rows take the full-sort fallback
 def test_top_p_keeps_the_tokens_transformers_top_p_keeps(k) -> None:
     from transformers import TopPLogitsWarper

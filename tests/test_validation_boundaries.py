@@ -50,6 +50,7 @@ EXP_BOUNDARIES = [
     ("eval_n", {"eval_n": 1, "eval_ks": [1]}, {"eval_n": 0, "eval_ks": [1]}),
     ("eval_max_new_tokens", {"eval_max_new_tokens": 1}, {"eval_max_new_tokens": 0}),
     ("eval_batch_size", {"eval_batch_size": 1}, {"eval_batch_size": 0}),
+    ("eval_processes", {"eval_processes": 1}, {"eval_processes": 0}),
     ("num_threads", {"num_threads": 0}, {"num_threads": -1}),
     ("n_eval", {"n_eval": 0}, {"n_eval": -1}),
     ("split_seed", {"split_seed": 0}, {"split_seed": -1}),
