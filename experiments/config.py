@@ -706,6 +706,11 @@ def validate(exp: ExperimentArgs, cfg: Any, *, world_size: int | None = None) ->
         for key in ("bf16", "fp16", "activation_checkpointing", "gradient_checkpointing"):
             if getattr(cfg, key, False):
                 raise ConfigError(f"{key}: must be false when use_cpu is true")
+    if exp.eval_processes > 1 and (not getattr(cfg, "use_cpu", False) or ws > 1):
+        raise ConfigError(
+            f"eval_processes: {exp.eval_processes} forks CPU evaluation processes; it needs use_cpu: true and a "
+            f"single training process (this run: use_cpu {getattr(cfg, 'use_cpu', False)}, {ws} processes)"
+        )
 
     # TRL checks these only when the trainer is built, i.e. after the model has loaded. The fewest completions per
     # prompt is the config class's own rule, checked when it was parsed (see experiments.trainers).

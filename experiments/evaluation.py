@@ -611,6 +611,9 @@ def _generate_in_processes(
     # A forked child cannot use, and must not touch, its parent's CUDA context.
     if torch.cuda.is_initialized():
         raise ValueError("processes > 1 is for CPU evaluation; this process has initialised CUDA")
+    # A child would take part in its parent's collectives.
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        raise ValueError("processes > 1 is for a single CPU process; torch.distributed is initialised")
     size = -(-len(prompt_ids) // processes)
     shares = [prompt_ids[i : i + size] for i in range(0, len(prompt_ids), size)]
     threads = max(1, torch.get_num_threads() // len(shares))

@@ -101,6 +101,15 @@ def test_the_cpu_rule_on_both_sides(parsed) -> None:
             _check(parsed, cfg_fields={"use_cpu": True, key: True})
 
 
+def test_eval_processes_only_for_a_single_cpu_process(parsed) -> None:
+    _check(parsed, eval_processes=2)  # BASE is a CPU run in one process
+    with pytest.raises(ConfigError, match=r"^eval_processes:.*use_cpu: true"):
+        _check(parsed, cfg_fields={"use_cpu": False}, eval_processes=2)
+    with pytest.raises(ConfigError, match=r"^eval_processes:.*2 processes"):
+        _check(parsed, world_size=2, eval_processes=2)
+    _check(parsed, world_size=2, eval_processes=1)
+
+
 def test_max_steps_or_epochs(parsed) -> None:
     _check(parsed, cfg_fields={"max_steps": 1, "num_train_epochs": 0})
     _check(parsed, cfg_fields={"max_steps": 0, "num_train_epochs": 0.5})
