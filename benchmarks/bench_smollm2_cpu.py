@@ -61,8 +61,11 @@ EVAL_PROBLEMS = 100
 
 
 def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    # Children too: an evaluation with eval_processes > 1 decodes in forked processes, reaped before it returns.
+    return sum(
+        u.ru_utime + u.ru_stime
+        for u in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    )
 
 
 class Phases:

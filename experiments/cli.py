@@ -343,11 +343,13 @@ def _model_folder(model: str, exp: ExperimentArgs) -> str:
     """MODEL as a folder that holds weights: a run directory's saved model, else its last checkpoint."""
     p = Path(model)
     if p.is_dir() and not (p / "config.json").is_file() and not (p / "adapter_config.json").is_file():
-        from transformers.trainer_utils import get_last_checkpoint
+        from experiments.train import last_checkpoint
 
-        last = get_last_checkpoint(str(p))
+        last = last_checkpoint(p)
         if last is None:
-            raise CliError(f"{p} holds no model (config.json / adapter_config.json) and no checkpoint-*")
+            raise CliError(
+                f"{p} holds no model (config.json / adapter_config.json) and no saved checkpoint-*"
+            )
         return last
     if p.is_dir():
         return str(p)

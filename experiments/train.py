@@ -135,6 +135,25 @@ def setup_torch(exp: ExperimentArgs, cfg: Any) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", str(exp.num_threads))
 
 
+def last_checkpoint(folder: str | os.PathLike) -> str | None:
+    """The newest `checkpoint-N` in `folder` that was saved whole, or None. The Trainer writes trainer_state.json
+    after the weights, optimizer and RNG states, so a save cut short (Ctrl-C, a killed job) leaves a folder without
+    it, which transformers' `get_last_checkpoint` would still pick and a resume would then fail to load."""
+    from transformers.trainer import TRAINER_STATE_NAME
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    saved = []
+    for path in Path(folder).glob(f"{PREFIX_CHECKPOINT_DIR}-*") if Path(folder).is_dir() else ():
+        step = path.name[len(PREFIX_CHECKPOINT_DIR) + 1 :]
+        try:
+            complete = step.isdigit() and bool(json.loads((path / TRAINER_STATE_NAME).read_text()))
+        except (OSError, ValueError):  # missing, or cut short mid-write
+            complete = False
+        if complete:
+            saved.append((int(step), str(path)))
+    return max(saved)[1] if saved else None
+
+
 def find_resume_checkpoint(exp: ExperimentArgs, cfg: Any) -> str | None:
     """The checkpoint to resume from: `resume_from_checkpoint`, or with `resume` the last one in output_dir."""
     if getattr(cfg, "resume_from_checkpoint", None):
@@ -144,12 +163,12 @@ def find_resume_checkpoint(exp: ExperimentArgs, cfg: Any) -> str | None:
         return str(path)
     if not exp.resume:
         return None
-    from transformers.trainer_utils import get_last_checkpoint
-
     out = Path(cfg.output_dir)
-    last = get_last_checkpoint(str(out)) if out.is_dir() else None
+    last = last_checkpoint(out)
     if last is None:
-        raise ConfigError(f"resume: no checkpoint-* folder in output_dir {out}")
+        raise ConfigError(
+            f"resume: no checkpoint-* folder saved whole (with its trainer_state.json) in output_dir {out}"
+        )
     return last
 
 
@@ -324,10 +343,8 @@ def interrupted_message(args: Sequence[str], cfg: Any) -> str:
     """After Ctrl-C: where the last checkpoint is and the exact `passk train` command that resumes from it."""
     import shlex
 
-    from transformers.trainer_utils import get_last_checkpoint
-
     out = Path(cfg.output_dir)
-    last = get_last_checkpoint(str(out)) if out.is_dir() else None
+    last = last_checkpoint(out)
     if last is None:
         when = "save_strategy is 'no'" if str(cfg.save_strategy) in ("no", "SaveStrategy.NO") else \
             f"the first save comes at step {cfg.save_steps:g}"  # fmt: skip

@@ -99,3 +99,23 @@ def test_resume_without_a_checkpoint_fails_before_loading(tmp_path: Path) -> Non
     exp, cfg = parse_config(_argv("grpo", "/nonexistent-model", tmp_path / "empty", "--resume", "true"))
     with pytest.raises(ConfigError, match=r"^resume: no checkpoint"):
         run(exp, cfg)
+
+
+def test_a_checkpoint_whose_save_was_cut_short_is_never_resumed_from(tmp_path: Path) -> None:
+    """A save interrupted before trainer_state.json (written after the weights and optimizer) is not a checkpoint:
+    resume, the Ctrl-C message and `passk eval RUN_DIR` take the last one saved whole."""
+    from experiments.config import parse_config
+    from experiments.train import find_resume_checkpoint, interrupted_message, last_checkpoint
+
+    out = tmp_path / "run"
+    for step, state in ((1, '{"global_step": 1}'), (2, '{"global_step": 2}'), (3, '{"global_st'), (10, None)):
+        (out / f"checkpoint-{step}").mkdir(parents=True)
+        if state is not None:
+            (out / f"checkpoint-{step}" / "trainer_state.json").write_text(state)
+    (out / "checkpoint-x").mkdir()
+    assert last_checkpoint(out) == str(out / "checkpoint-2")  # 3: cut short mid-write; 10: before it
+    assert last_checkpoint(tmp_path / "missing") is None
+
+    exp, cfg = parse_config(_argv("grpo", "/nonexistent-model", out, "--resume", "true"))
+    assert find_resume_checkpoint(exp, cfg) == str(out / "checkpoint-2")
+    assert f"last checkpoint: {out / 'checkpoint-2'};" in interrupted_message(["cpu"], cfg)
