@@ -27,13 +27,14 @@ every rank). Sharded runs (FSDP, DeepSpeed ZeRO-3) evaluate the saved model, rel
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +200,45 @@ class TiedWeightsLoaded(logging.Filter):
         return not (missing and set(missing) <= self.tied)
 
 
+@contextlib.contextmanager
+def stop_at_step_end_on_ctrl_c(trainer: Any) -> Iterator[None]:
+    """While training, the first Ctrl-C stops the run at the end of the current optimizer step, raised there as
+    KeyboardInterrupt by a callback; a second one stops it at once. Raised wherever SIGINT happens to land, the
+    interrupt can hit a finalizer or a callback whose exceptions are ignored, and the run then goes on (seen on a
+    loaded machine)."""
+    import signal
+    import threading
+
+    from transformers import TrainerCallback
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    pending = threading.Event()
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if pending.is_set():
+            raise KeyboardInterrupt
+        pending.set()
+        print(
+            "passk: Ctrl-C: stopping at the end of this step (Ctrl-C again: now)", file=sys.stderr, flush=True
+        )
+
+    class StopAtStepEnd(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if pending.is_set():
+                raise KeyboardInterrupt
+
+    callback = StopAtStepEnd()
+    trainer.add_callback(callback)
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        trainer.remove_callback(callback)
+
+
 def _checkpoint_step(path: str) -> str:
     tail = Path(path).name.rpartition("-")[2]
     return tail if tail.isdigit() else "?"
@@ -293,7 +333,8 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
     logging.getLogger("transformers.trainer").addFilter(tied)
     t_train = time.time()
     try:
-        train_output = trainer.train(resume_from_checkpoint=resume_from)
+        with stop_at_step_end_on_ctrl_c(trainer):
+            train_output = trainer.train(resume_from_checkpoint=resume_from)
     finally:
         logging.getLogger("transformers.trainer").removeFilter(tied)
     train_seconds = time.time() - t_train
