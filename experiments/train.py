@@ -203,9 +203,9 @@ class TiedWeightsLoaded(logging.Filter):
 @contextlib.contextmanager
 def stop_at_step_end_on_ctrl_c(trainer: Any) -> Iterator[None]:
     """While training, the first Ctrl-C stops the run at the end of the current optimizer step, raised there as
-    KeyboardInterrupt by a callback; a second one stops it at once. Raised wherever SIGINT happens to land, the
-    interrupt can hit a finalizer or a callback whose exceptions are ignored, and the run then goes on (seen on a
-    loaded machine)."""
+    KeyboardInterrupt by a callback; a second one stops it at once. Raised wherever SIGINT happened to land, a
+    Ctrl-C was once lost on a loaded machine and the run went on to its last step: Python drops an exception raised
+    inside a finalizer or a weakref callback."""
     import signal
     import threading
 
