@@ -404,6 +404,9 @@ def test_eval_of_a_run_or_its_checkpoint_uses_the_runs_settings_and_says_so(
 
     run_dir = tmp_path / "run"
     shutil.copytree(tiny_model_dir, run_dir / "checkpoint-3")
+    # checkpoint-3 saved whole (its trainer_state.json), checkpoint-4 cut short: `passk eval RUN_DIR` takes 3.
+    (run_dir / "checkpoint-3" / "trainer_state.json").write_text('{"global_step": 3}')
+    (run_dir / "checkpoint-4").mkdir()
     config = {"dataset": "learnable", "n_train": 40, "n_eval": 6, "split_seed": 0, "style": "completion",
               "eval_n": 2, "eval_ks": [1, 2], "eval_temperature": 1.0, "eval_top_p": 1.0, "eval_max_new_tokens": 8,
               "seed": 42, "learning_rate": 3e-4, "method": "grpo"}  # fmt: skip
