@@ -55,9 +55,9 @@ def worker_usage(sandbox: Sandbox) -> dict[str, float]:
         for pid in pids:
             # after the command name: state ppid ... minflt(7) cminflt(8) ... utime(11) stime(12) cutime cstime
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            own = "judges" if pid == zygote else "spawners"
-            usage[own] += (int(fields[11]) + int(fields[12])) / hz
-            faults[own] += int(fields[7])
+            role = "judges" if pid == zygote else "spawners"
+            usage[role] += (int(fields[11]) + int(fields[12])) / hz
+            faults[role] += int(fields[7])
             if pid != zygote:
                 usage["candidates"] += (int(fields[13]) + int(fields[14])) / hz
                 faults["candidates"] += int(fields[8])
@@ -172,11 +172,13 @@ def main() -> None:
             f" the programs' own CPU {own_ms[-1]:.2f} ms/problem"
         )
         for count, sandbox in pools.items():
-            before, own = worker_usage(sandbox), os.times()
+            before, owner_before = worker_usage(sandbox), os.times()
             seconds, busy = timed(lambda s=sandbox: ours(s))
-            after, own2 = worker_usage(sandbox), os.times()
+            after, owner_after = worker_usage(sandbox), os.times()
             used = {k: (after[k] - before[k]) / n for k in after}
-            used["owner"] = (own2.user + own2.system - own.user - own.system) / n
+            used["owner"] = (
+                owner_after.user + owner_after.system - owner_before.user - owner_before.system
+            ) / n
             rates[count].append(n / seconds)
             cpu_ms[count].append(sum(used[role] for role in ROLES) * 1000)
             for k, v in used.items():
