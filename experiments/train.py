@@ -136,6 +136,15 @@ def setup_torch(exp: ExperimentArgs, cfg: Any) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", str(exp.num_threads))
 
 
+def _checkpoint_step(path: str | os.PathLike) -> str:
+    """N of a `checkpoint-N` folder, "?" for any other name."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+    name = Path(path).name
+    tail = name.removeprefix(f"{PREFIX_CHECKPOINT_DIR}-")
+    return tail if tail != name and tail.isdigit() else "?"
+
+
 def last_checkpoint(folder: str | os.PathLike) -> str | None:
     """The newest `checkpoint-N` in `folder` that was saved whole, or None. The Trainer writes trainer_state.json
     after the weights, optimizer and RNG states, so a save cut short (Ctrl-C, a killed job) leaves a folder without
@@ -145,7 +154,7 @@ def last_checkpoint(folder: str | os.PathLike) -> str | None:
 
     saved = []
     for path in Path(folder).glob(f"{PREFIX_CHECKPOINT_DIR}-*") if Path(folder).is_dir() else ():
-        step = path.name[len(PREFIX_CHECKPOINT_DIR) + 1 :]
+        step = _checkpoint_step(path)
         try:
             complete = step.isdigit() and bool(json.loads((path / TRAINER_STATE_NAME).read_text()))
         except (OSError, ValueError):  # missing, or cut short mid-write
@@ -237,11 +246,6 @@ def stop_at_step_end_on_ctrl_c(trainer: Any) -> Iterator[None]:
     finally:
         signal.signal(signal.SIGINT, previous)
         trainer.remove_callback(callback)
-
-
-def _checkpoint_step(path: str) -> str:
-    tail = Path(path).name.rpartition("-")[2]
-    return tail if tail.isdigit() else "?"
 
 
 def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
