@@ -398,6 +398,19 @@ def interrupted_message(args: Sequence[str], cfg: Any) -> str:
     return f"passk: interrupted; last checkpoint: {last}; resume with: {shlex.join(resume)}"
 
 
+def end_process_group() -> None:
+    """Destroy this process's process group, if it has one: call once, when a rank's work is done.
+
+    Left to interpreter exit, gloo's worker threads can abort a rank that finished its run ("terminate called
+    without an active exception"), so that the launcher reports a failure; NCCL warns at exit. Not called by
+    `run`, since one process group may run several experiments (in-process comparisons, the distributed test),
+    and not after an error: a rank that stopped mid-collective could then wait on its peers instead of exiting.
+    """
+    dist = sys.modules.get("torch.distributed")  # never imported: no group, and no torch import to find out
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()  # not accelerate's PartialState(): that would build its state if none yet
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m experiments.train CONFIG [--key value ...]`; returns the process exit code."""
     main_rank = os.environ.get("RANK", "0") == "0"  # under accelerate launch, one process reports
@@ -423,6 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 interrupted_message(args, cfg) if cfg is not None else "passk: interrupted", file=sys.stderr
             )
         return 130
+    end_process_group()
     if main_rank:
         print(f"passk: run written to {out}")
     return 0

@@ -133,3 +133,6 @@ def test_two_cpu_processes_gather_the_same_rewards_as_one(tmp_path: Path, tiny_m
 if __name__ == "__main__":
     out_dir, model_dir, per_device, *method_names = sys.argv[1:]
     run_all(Path(out_dir), model_dir, int(per_device), method_names)
+    from experiments.train import end_process_group
+
+    end_process_group()  # as experiments.train's main does at the end of a rank's run

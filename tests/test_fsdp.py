@@ -160,4 +160,7 @@ def test_ppo_trains_checkpoints_and_resumes_under_fsdp2_on_two_cpu_processes(tin
 
 
 if __name__ == "__main__":
+    from experiments.train import end_process_group
+
     worker(*sys.argv[1:3])
+    end_process_group()  # as experiments.train's main does at the end of a rank's run

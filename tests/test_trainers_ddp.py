@@ -77,6 +77,36 @@ def worker(method: str, model_dir: str, out_dir: str) -> None:
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(result))
 
 
+def test_a_rank_ends_its_process_group_after_a_finished_run_only(tmp_path, monkeypatch):
+    """experiments.train's main destroys the group once the run is done (gloo's threads could otherwise abort the
+    finished rank at exit), and leaves it after an error (a rank stopped mid-collective must exit, not wait)."""
+    import torch.distributed as dist
+
+    from experiments import train
+    from experiments.errors import ConfigError
+
+    def join_group(name: str) -> None:  # a one-rank gloo group, as a launcher's rank has
+        dist.init_process_group("gloo", init_method=(tmp_path / name).as_uri(), rank=0, world_size=1)
+
+    def bad_value(exp, cfg):
+        raise ConfigError("a bad value")
+
+    monkeypatch.setattr(train, "parse_config", lambda args: (None, None))
+    monkeypatch.setattr(train, "run", lambda exp, cfg: tmp_path)
+    join_group("rendezvous-1")
+    try:
+        assert train.main(["cfg"]) == 0
+        assert not dist.is_initialized()
+        monkeypatch.setattr(train, "run", bad_value)
+        join_group("rendezvous-2")
+        assert train.main(["cfg"]) == 2
+        assert dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    train.end_process_group()  # no group: nothing to do, no error
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["ppo", "reinforce_rloo"])
 def test_ddp_two_cpu_ranks_stay_in_sync(method, tiny_model_dir, tmp_path):
@@ -98,4 +128,7 @@ def test_ddp_two_cpu_ranks_stay_in_sync(method, tiny_model_dir, tmp_path):
 
 
 if __name__ == "__main__":
+    from experiments.train import end_process_group
+
     worker(*sys.argv[1:4])
+    end_process_group()  # as experiments.train's main does at the end of a rank's run
