@@ -28,7 +28,7 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
-from concurrent.futures import Future, as_completed
+from concurrent.futures import Future, as_completed, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -963,6 +963,8 @@ class Sandbox:
 
             for _ in tqdm(as_completed(futures), total=len(futures), desc="sandbox", unit="prog"):
                 pass
+        else:
+            wait(futures)  # one wake-up of this thread for the batch, not one per result
         return [f.result() for f in futures]
 
     async def arun(
