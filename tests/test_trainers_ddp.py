@@ -2,7 +2,8 @@
 
 The test runs this file as a script on 2 ranks: each trains 2 optimizer steps with gradient accumulation, then
 writes what it ends with. DDP must keep the policy and the critic identical on both ranks (the critic's gradients
-are all-reduced like the policy's), and both must have moved.
+are all-reduced like the policy's), and both must have moved. A rank ends its process group once its run is done
+(experiments.train's main), as this script does.
 """
 
 from __future__ import annotations
