@@ -87,16 +87,16 @@ print(total)
 """
 
 
+def run_script(python: str, script: str, *args: str, stdin: str | None = None) -> str:
+    """The stdout of `script` run by the workers' interpreter, isolated as the workers are (-I -S)."""
+    return subprocess.run(
+        [python, "-I", "-S", "-c", script, *args], input=stdin, capture_output=True, text=True, check=True
+    ).stdout
+
+
 def programs_own_cpu_ms(tasks: list[dict], python: str) -> float:
     """Milliseconds of CPU per problem that the programs and their tests take by themselves."""
-    out = subprocess.run(
-        [python, "-I", "-S", "-c", OWN_CPU],
-        input=json.dumps(tasks),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return float(out.stdout) / len(tasks) * 1000
+    return float(run_script(python, OWN_CPU, stdin=json.dumps(tasks))) / len(tasks) * 1000
 
 
 # Fork and exit, nothing else, from an image like the spawner's (the zygote's module and the modules it imports
@@ -133,13 +133,16 @@ ONE_ASSERT = {
 def fork_floor(python: str, forks: int = 500) -> dict[str, float]:
     """CPU (ms, parent and child) and the child's page faults of one fork and exit of a spawner-like image."""
     zygote_dir = Path(__file__).resolve().parents[1] / "sandbox"
-    out = subprocess.run(
-        [python, "-I", "-S", "-c", FORK_FLOOR, str(zygote_dir), str(forks)],
-        capture_output=True,
-        text=True,
-        check=True,
+    return json.loads(run_script(python, FORK_FLOOR, str(zygote_dir), str(forks)))
+
+
+def by_role(figures: dict[str, float]) -> str:
+    """'owner 0.24, judges ...; page faults: judges 0, ...' from CPU ms by role and `<role>_faults` entries."""
+    return (
+        ", ".join(f"{role} {figures[role]:.2f}" for role in ROLES)
+        + "; page faults: "
+        + ", ".join(f"{k[: -len('_faults')]} {v:.0f}" for k, v in figures.items() if k.endswith("_faults"))
     )
-    return json.loads(out.stdout)
 
 
 def timed(fn) -> tuple[float, float]:
@@ -282,12 +285,7 @@ def main() -> None:
             f"(spread {min(cpu_ms[count]):.2f}-{max(cpu_ms[count]):.2f}), of which the programs' own "
             f"{own_cpu:.2f} and the sandbox {summary[count]['sandbox_cpu_ms_median']:.2f}"
         )
-        print(
-            "    by role (ms/problem): "
-            + ", ".join(f"{role} {parts[role]:.2f}" for role in ROLES)
-            + "; page faults per problem: "
-            + ", ".join(f"{k} {v:.0f}" for k, v in summary[count]["page_faults_per_problem"].items())
-        )
+        print(f"    by role (ms/problem): {by_role(parts)}")
         fixed = {k: statistics.median(v) for k, v in one_assert[count].items()}
         total = sum(fixed[role] for role in ROLES)
         summary[count]["one_assert_task"] = {
@@ -299,10 +297,8 @@ def main() -> None:
             "ratio_to_fork_floor": round(total / floor["cpu_ms"], 2),
         }
         print(
-            f"    a one-assert task: our CPU {total:.2f} ms ("
-            + ", ".join(f"{role} {fixed[role]:.2f}" for role in ROLES)
-            + f"), {total / floor['cpu_ms']:.2f}x the fork floor; page faults: "
-            + ", ".join(f"{k} {v:.0f}" for k, v in summary[count]["one_assert_task"]["page_faults"].items())
+            f"    a one-assert task: our CPU {total:.2f} ms, {total / floor['cpu_ms']:.2f}x the fork floor; "
+            f"by role: {by_role(fixed)}"
         )
     print(
         f"fork floor ({python}, the candidates' image): {floor['cpu_ms']:.2f} ms of CPU per fork and exit, "
