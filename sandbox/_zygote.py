@@ -53,6 +53,11 @@ import stat
 import struct
 import sys
 import time
+from typing import TYPE_CHECKING  # typing is pre-imported for the candidates anyway
+
+if TYPE_CHECKING:
+    import ast
+    import types
 
 try:  # started as the zygote: this file's directory is on sys.path and the package is never imported
     import verdicts
@@ -157,6 +162,13 @@ def mount(src, target, fstype, flags, data=None):
 
 def unshare(flags: int) -> None:
     _check(libc.unshare(flags), "unshare")
+
+
+# ---- compiling ------------------------------------------------------------------------------------------
+def compile_source(source: str | ast.AST, filename: str) -> types.CodeType:
+    """Compile as ``python file.py`` would: compile() otherwise inherits this module's ``from __future__ import
+    annotations``, under which an annotation naming nothing would pass and annotations would be strings."""
+    return compile(source, filename, "exec", dont_inherit=True)
 
 
 # ---- framing -------------------------------------------------------------------------------------------
@@ -792,6 +804,22 @@ class CandidateNames(dict):
         return self.program_globals[name]
 
 
+def load_program(msg: dict) -> types.CodeType:
+    """The task's program, compiled. When it does not compile (or memory runs out meanwhile), replies why and
+    exits."""
+    try:
+        return compile_source(msg.pop("program"), "<candidate>")
+    except (
+        SyntaxError,
+        ValueError,
+        RecursionError,
+    ) as e:  # ValueError: null bytes; RecursionError: too nested
+        _reply(["load", "syntax_error", type(e).__name__, str(e)[:500]])
+    except MemoryError:
+        _reply(["load", "error", "MemoryError", "while compiling the program"])
+    os._exit(0)
+
+
 def set_task_limits(memory_mb: int, timeout: float) -> None:
     """The task's own limits (lowering only: allowed after the uid drop).
 
@@ -819,22 +847,11 @@ def serve() -> None:
     if trusted is not None:  # first, so that the program cannot reach into it while it is built
         tests_globals = {"__name__": "__main__", "__builtins__": CandidateNames(g)}
         try:
-            exec(compile(prompt_source(trusted), "<trusted>", "exec"), tests_globals)
+            exec(compile_source(prompt_source(trusted), "<trusted>"), tests_globals)
         except BaseException as e:
             _report("trusted", e)
             os._exit(0)
-    try:
-        code = compile(msg.pop("program"), "<candidate>", "exec")
-    except (
-        SyntaxError,
-        ValueError,
-        RecursionError,
-    ) as e:  # ValueError: null bytes; RecursionError: too nested
-        _reply(["load", "syntax_error", type(e).__name__, str(e)[:500]])
-        os._exit(0)
-    except MemoryError:
-        _reply(["load", "error", "MemoryError", "while compiling the program"])
-        os._exit(0)
+    code = load_program(msg)
     if exec_mode:
         # In-process verdict: the nonce is written only if program, tests and check() all return.
         nonce, tests, entry = msg.pop("nonce"), msg.pop("tests"), msg.pop("entry_point")
@@ -848,7 +865,7 @@ def serve() -> None:
                         raise NameError(f"name {entry!r} is not defined")
                     ns[entry] = g[entry]
             if tests:
-                exec(compile(tests, "<tests>", "exec"), ns)
+                exec(compile_source(tests, "<tests>"), ns)
             if entry is not None:
                 exec(f"check({entry})", ns)
         except BaseException as e:
@@ -919,14 +936,7 @@ def case_server(fds: tuple[int, ...], uid: int | None, layers: dict, scratch_opt
         os._exit(0)
     case_timeout = msg["timeout"]
     set_task_limits(msg["memory_mb"], max(msg["total_timeout"], case_timeout))  # its own: compile and forks
-    try:
-        code = compile(msg.pop("program"), "<candidate>", "exec")
-    except (SyntaxError, ValueError, RecursionError) as e:
-        _reply(["load", "syntax_error", type(e).__name__, str(e)[:500]])
-        os._exit(0)
-    except MemoryError:
-        _reply(["load", "error", "MemoryError", "while compiling the program"])
-        os._exit(0)
+    code = load_program(msg)
     del msg
     write_all(4, OK_FRAME)
     control = _socket.socket(fileno=5)  # SOCK_SEQPACKET: b"c" in; b"<pid>" + fds out, then b"<wait status>"
@@ -1654,7 +1664,7 @@ def prepare_tests(tests):
     is_unit = [_has_assert(stmt) for stmt in owner.body]
     owner.body = [_unit(stmt) if unit else stmt for stmt, unit in zip(owner.body, is_unit)]
     total = sum(is_unit)
-    prepared = (compile(tree, "<tests>", "exec"), total, check is not None, plan)
+    prepared = (compile_source(tree, "<tests>"), total, check is not None, plan)
     if len(_prepared) >= 1024:
         _prepared.clear()
     _prepared[tests] = prepared
@@ -1669,7 +1679,7 @@ def compile_trusted(source):
         if len(_trusted) >= 1024:
             _trusted.clear()
         tree = ast.parse(prompt_source(source), "<trusted>")
-        _trusted[source] = (compile(tree, "<trusted>", "exec"), _calls_at_load(tree))
+        _trusted[source] = (compile_source(tree, "<trusted>"), _calls_at_load(tree))
     return _trusted[source]
 
 
@@ -2162,7 +2172,7 @@ def warm_up():
     compiler's, the JSON codec's, method caches) then happen here once, not in every candidate. Measured:
     a trivial candidate costs ~1 ms less CPU."""
     g = {"__name__": "__warm__", "__builtins__": builtins}
-    exec(compile(WARM_PROGRAM, "<warm>", "exec"), g)
+    exec(compile_source(WARM_PROGRAM, "<warm>"), g)
     prctl(PR_GET_DUMPABLE)  # the ctypes call path, as used for PR_SET_PDEATHSIG
     frame = encode_frame(["solve", encode_value([[1, 2, 3], 1]), encode_value({"k": (1, {2}, b"")})])
     call = json.loads(frame[4:])

