@@ -18,9 +18,12 @@ Against a program that wants to harm the host or fake a pass (a model that learn
 
 * **Forged verdicts.** In the default ``rpc`` mode the tests never run in the candidate's interpreter: a call
   sends JSON of exact builtin types (int, float, str, bool, None, list, tuple, dict, set, frozenset, bytes,
-  complex; no pickle, no subclasses) to the candidate and gets the return value back the same way. So
+  complex; no pickle) to the candidate and gets the return value back the same way; an instance of a subclass
+  of one (``collections.Counter``, a namedtuple, an ``IntEnum``) crosses as the base type's value, read from
+  its storage, so that what the subclass overrides stays in the candidate. So
   ``sys.exit(0)``, ``os._exit``, ``SystemExit``, atexit and ``__del__`` exits (the candidate died:
-  ``early_exit``), fake "passed" prints, ``__eq__``-always-True objects (not plain data: ``unencodable_value``),
+  ``early_exit``), fake "passed" prints, ``__eq__``-always-True objects (not plain data: ``unencodable_value``;
+  an overriding subclass of a plain type: compared by its value),
   patched builtins, ``sys.settrace``, reading the caller's frame or walking the stack (the tests are in another
   process), and reading the tests from memory (candidates are forked from a spawner that never held a test) all
   fail. ``passed`` means every assert unit ran and held.

