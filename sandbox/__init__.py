@@ -22,8 +22,8 @@ Against a program that wants to harm the host or fake a pass (a model that learn
   of one (``collections.Counter``, a namedtuple, an ``IntEnum``) crosses as the base type's value, read from
   its storage, so that what the subclass overrides stays in the candidate. So
   ``sys.exit(0)``, ``os._exit``, ``SystemExit``, atexit and ``__del__`` exits (the candidate died:
-  ``early_exit``), fake "passed" prints, ``__eq__``-always-True objects (not plain data: ``unencodable_value``;
-  an overriding subclass of a plain type: compared by its value),
+  ``early_exit``), fake "passed" prints, ``__eq__``-always-True objects (not plain data, subclasses of plain
+  types that define their own equality included: ``unencodable_value``),
   patched builtins, ``sys.settrace``, reading the caller's frame or walking the stack (the tests are in another
   process), and reading the tests from memory (candidates are forked from a spawner that never held a test) all
   fail. ``passed`` means every assert unit ran and held.

