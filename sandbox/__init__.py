@@ -48,8 +48,9 @@ Against a program that wants to harm the host or fake a pass (a model that learn
 * **Seeing the host.** Each candidate runs in its own root: a read-only tmpfs (``pivot_root``) holding only the
   interpreter's standard library (site-packages/dist-packages covered), the shared libraries its extension
   modules still need, ``/etc/ld.so.cache``, a ``/dev`` with null, zero and a read-only urandom (no pts, no ptmx,
-  no GPU nodes), its own ``/proc`` and a scratch ``/tmp``. No home directories, checkouts, caches, datasets,
-  ``/srv``, ``/opt``, ``/mnt``. More only through ``Sandbox(readonly_paths=[...])``.
+  no GPU nodes), its own ``/proc`` (where the command line that started the workers, which names host paths,
+  is blanked) and a scratch ``/tmp``. No home directories, checkouts, caches, datasets, ``/srv``, ``/opt``,
+  ``/mnt``. More only through ``Sandbox(readonly_paths=[...])``.
 * **Tasks talking to tasks, leftovers.** Each candidate is PID 1 of its own PID namespace (whatever it starts
   dies with it; it can name no other process), has its own IPC namespace (SysV and POSIX IPC die with it;
   seccomp refuses them anyway) and mount namespace, and a fresh tmpfs ``/tmp`` limited in size (64 MiB) and

@@ -59,7 +59,8 @@ for root, dirs, names in os.walk("/"):
     files += [os.path.join(root, n) for n in names]
 print(json.dumps({"top": sorted(os.listdir("/")), "files": files, "dev": sorted(os.listdir("/dev")),
                   "path": sys.path, "cwd": os.getcwd(), "tmp": os.listdir("/tmp"),
-                  "procs": sorted(e for e in os.listdir("/proc") if e.isdigit())}))
+                  "procs": sorted(e for e in os.listdir("/proc") if e.isdigit()),
+                  "argv": sys.argv, "cmdline": open("/proc/1/cmdline", "rb").read().decode()}))
 """
 
 
@@ -80,7 +81,9 @@ def test_the_candidate_sees_only_the_interpreter(sb):
     absent -= {sys.base_prefix.split("/")[1]}  # the interpreter's own prefix (e.g. a pyenv under /root)
     assert absent.isdisjoint(view["top"]), view["top"]
     assert view["cwd"] == "/tmp" and view["tmp"] == [] and view["procs"] == ["1"]
-    assert str(Path(__file__).resolve().parents[1]) not in json.dumps(view)  # not this checkout
+    # Not this checkout, not even in the command line that started the zygote the candidate was forked from.
+    assert str(Path(__file__).resolve().parents[1]) not in json.dumps(view)
+    assert view["argv"] == ["program.py"] and view["cmdline"].rstrip("\0") == "passk-judge"
 
 
 def test_the_root_is_read_only_and_urandom_cannot_be_written(sb):

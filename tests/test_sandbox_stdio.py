@@ -112,6 +112,14 @@ def test_a_non_zero_exit_is_a_runtime_error_whatever_it_printed(sb):
     assert r.status is Status.FAILED and r.flags == ()
 
 
+def test_a_program_gets_what_python_program_py_gives_it(sb):
+    """exit() and quit() (site's builtins, which the workers' -S start leaves out) and a one-entry sys.argv."""
+    assert sb.run_stdio("print(input())\nexit()\nprint('never')\n", [("x\n", "x\n")]).passed
+    r = sb.run_stdio("print(input())\nquit(3)\n", [("x\n", "x\n")])
+    assert r.status is Status.RUNTIME_ERROR and "exit status 3" in r.message, r
+    assert sb.run_stdio("import sys\nprint(len(sys.argv))\n", [("", "1\n")]).passed
+
+
 def test_syntax_errors_and_refused_input(sb):
     r = sb.run_stdio("def f(:\n", SUM_CASES)
     assert r.status is Status.SYNTAX_ERROR and r.cases == ("skipped",) * 6
