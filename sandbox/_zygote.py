@@ -855,11 +855,7 @@ def load_program(msg: dict) -> types.CodeType:
     exits."""
     try:
         return compile_source(msg.pop("program"), "<candidate>")
-    except (
-        SyntaxError,
-        ValueError,
-        RecursionError,
-    ) as e:  # ValueError: null bytes; RecursionError: too nested
+    except (SyntaxError, ValueError, RecursionError) as e:  # null bytes; nested too deep
         _reply(["load", "syntax_error", type(e).__name__, str(e)[:500]])
     except MemoryError:
         _reply(["load", "error", "MemoryError", "while compiling the program"])
@@ -2242,9 +2238,10 @@ def as_a_script() -> None:
     with open("/proc/self/stat", "rb") as f:  # fields 48 and 49: where the kernel keeps argv
         fields = f.read().rsplit(b")", 1)[1].split()
     start, end = int(fields[45]), int(fields[46])
-    title = b"passk-judge"[: end - start - 1]
-    ctypes.memset(start, 0, end - start)
-    ctypes.memmove(start, title, len(title))
+    if start and end > start:  # 0 where the kernel does not show them
+        title = b"passk-judge"[: end - start - 1]
+        ctypes.memset(start, 0, end - start)
+        ctypes.memmove(start, title, len(title))
 
 
 def main(config: str) -> None:
