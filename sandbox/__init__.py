@@ -60,7 +60,10 @@ Against a program that wants to harm the host or fake a pass (a model that learn
   deadline (a CPU limit alone never fires on a sleeping process) and reaped. rlimits: address space
   (``memory_mb``), CPU (``ceil(timeout) + 1`` s), file size 16 MiB, 64 fds, no core, no locked memory, no
   POSIX queue bytes, no new processes (RLIMIT_NPROC = 0; it does not bind root, so candidates never run as
-  root: two uids per slot, claimed host-wide so that two pools never share one). No network (network
+  root: two uids per slot, claimed host-wide so that two pools never share one). A stdin/stdout case may
+  start threads instead (the competitive-programming idiom of a big-stack thread for deep recursion): its
+  RLIMIT_NPROC is 16 and a seccomp filter of its own refuses fork, vfork and any clone that is not a thread
+  (only with seccomp and the case's own uid; otherwise no threads either). No network (network
   namespace; seccomp also refuses non-AF_UNIX sockets). seccomp refuses exec, ptrace, process_vm_*, other
   namespaces and mounts, bpf, io_uring, kexec, modules, keyctl, signals to anything but its own process group,
   fcntl(F_SETOWN/F_SETSIG), SysV/POSIX IPC and moving itself off its CPU or memory node. stdin is /dev/null,
@@ -95,9 +98,10 @@ What is not defended
   ``mode="exec"``).
 * CPU time is shared with the host (no cgroup); the files of the candidate's root are the host's (read-only);
   side channels (timing, the page cache) are out of scope.
-* Stdin/stdout: a program cannot start threads (RLIMIT_NPROC = 0 counts them), so the competitive-programming
-  idiom of a big-stack thread for deep recursion is a runtime error. The process that forks the cases keeps
-  the privileges their set-up needs and compiles the candidate's source (compile() runs none of it).
+* Threads: the program of an rpc or exec task cannot start any (RLIMIT_NPROC = 0 counts them); a stdin/stdout
+  case's threads share its CPU and its address-space limit, and unreaped tasks of its uid count against its 16.
+  The process that forks the cases keeps the privileges their set-up needs and compiles the candidate's source
+  (compile() runs none of it).
 """
 
 from .executor import Result, Sandbox, Status, arun_batch, get_sandbox, run, run_batch

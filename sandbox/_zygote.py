@@ -105,10 +105,17 @@ CANDIDATE_RLIMITS = (
     (resource.RLIMIT_MEMLOCK, 0),  # no locked pages, which the kernel could not reclaim or swap
     (resource.RLIMIT_MSGQUEUE, 0),  # no POSIX message queue memory (seccomp refuses mq_open as well)
 )
+# A stdin/stdout case may run threads (the competitive-programming idiom of a big-stack thread for deep
+# recursion), this many tasks of its uid in all; a filter of its own refuses it new processes (``build_seccomp``).
+# Only with seccomp and a uid of its own: RLIMIT_NPROC counts every task of the uid, and without the filter it is
+# the only bar to a fork bomb.
+CASE_TASKS = 16
+CASE_THREADS_FILTER = None  # set in the spawner when seccomp is on: installs the threads-only filter
 # The stdin/stdout case server runs no program code (it compiles it and forks the cases): it keeps the
 # privileges and the process limit the case set-up needs, and takes the rest.
 SERVER_RLIMITS = tuple((lim, value) for lim, value in CANDIDATE_RLIMITS if lim != resource.RLIMIT_NPROC)
 
+CLONE_THREAD = 0x00010000
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = (
     0x00020000,
     0x08000000,
@@ -442,17 +449,18 @@ class SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def build_seccomp():
-    """Compile the filter with libseccomp in a throwaway child (so that neither the judge nor the spawner maps
-    the library: one more thing every fork would copy) and export it as BPF; returns a function that installs
-    it in the calling process with two prctl calls."""
+def build_seccomp(threads_only: bool = False):
+    """Compile the filter (with ``threads_only``, the one that leaves a stdin/stdout case threads but no new
+    process) with libseccomp in a throwaway child (so that neither the judge nor the spawner maps the library:
+    one more thing every fork would copy) and export it as BPF; returns a function that installs it in the
+    calling process with two prctl calls."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         status = 1
         try:
             os.close(r)
-            write_all(w, compile_seccomp())
+            write_all(w, compile_seccomp(threads_only))
             status = 0
         finally:
             os._exit(status)
@@ -474,7 +482,7 @@ def build_seccomp():
     return load
 
 
-def compile_seccomp():
+def compile_seccomp(threads_only: bool = False):
     """The filter as BPF bytes, compiled by libseccomp."""
     lib = ctypes.CDLL("libseccomp.so.2")
     lib.seccomp_init.restype = ctypes.c_void_p
@@ -489,18 +497,28 @@ def compile_seccomp():
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
     lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
     lib.seccomp_release.argtypes = [ctypes.c_void_p]
-    allow, eperm, ne, eq, masked_eq = 0x7FFF0000, 0x00050000 | 1, 1, 4, 7  # actions and comparisons
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38  # actions: allow, EPERM, ENOSYS
+    ne, eq, masked_eq = 1, 4, 7  # comparisons
     ctx = lib.seccomp_init(allow)
     if not ctx:
         raise OSError("seccomp_init failed")
 
-    def rule(name, *cmps):
+    def rule(name, *cmps, action=eperm):
         nr = lib.seccomp_syscall_resolve_name(name.encode())
         if nr >= 0:
             arr = (ArgCmp * max(len(cmps), 1))(*cmps)
-            if lib.seccomp_rule_add_array(ctx, eperm, nr, len(cmps), arr) != 0:
+            if lib.seccomp_rule_add_array(ctx, action, nr, len(cmps), arr) != 0:
                 raise OSError(f"seccomp rule for {name}")
 
+    if threads_only:
+        # Stacked on the inherited filter in a stdin/stdout case, whose RLIMIT_NPROC then allows threads: no
+        # fork, no vfork, no clone that is not a thread; clone3, whose flags a filter cannot read, looks
+        # absent, so that the C library starts threads with clone.
+        rule("fork")
+        rule("vfork")
+        rule("clone", ArgCmp(0, masked_eq, CLONE_THREAD, 0))
+        rule("clone3", action=enosys)
+        return export_bpf(lib, ctx)
     for name in SECCOMP_DENY:
         rule(name)
     rule("socket", ArgCmp(0, ne, _socket.AF_UNIX, 0))  # no IP, netlink, packet... sockets
@@ -511,6 +529,11 @@ def compile_seccomp():
     rule("mount", ArgCmp(3, ne, MOUNT_FLAGS, 0))
     for cmd in FCNTL_DENY:
         rule("fcntl", ArgCmp(1, eq, cmd, 0))
+    return export_bpf(lib, ctx)
+
+
+def export_bpf(lib, ctx) -> bytes:
+    """The BPF of a libseccomp filter context, which it releases."""
     fd = os.memfd_create("passk-seccomp")
     try:
         if lib.seccomp_export_bpf(ctx, fd) != 0:
@@ -784,9 +807,13 @@ def drop_capabilities():
     _check(libc.capset(ctypes.byref(CapHeader(0x20080522, 0)), data), "capset")
 
 
-def candidate_setup(fds: tuple[int, ...], uid: int | None, layers: dict, scratch_opts: str) -> None:
+def candidate_setup(
+    fds: tuple[int, ...], uid: int | None, layers: dict, scratch_opts: str, threads: bool = False
+) -> None:
     """Everything that does not depend on the task, done before the task arrives (pre-forked). Kept to few
-    Python operations: every page a forked child writes is a copy-on-write fault."""
+    Python operations: every page a forked child writes is a copy-on-write fault. With ``threads`` (a
+    stdin/stdout case), up to CASE_TASKS threads, where the uid and the seccomp filter allow them."""
+    threads = threads and uid is not None and CASE_THREADS_FILTER is not None
     set_name(b"passk-candidate")
     if layers["private_ns"]:
         unshare(CLONE_NEWNS | CLONE_NEWIPC)
@@ -807,6 +834,8 @@ def candidate_setup(fds: tuple[int, ...], uid: int | None, layers: dict, scratch
     os.closerange(len(fds), MAX_FD)
     os.chdir(layers["scratch"])  # tempfile finds it too: it is /tmp
     for lim, value in CANDIDATE_RLIMITS:
+        if threads and lim == resource.RLIMIT_NPROC:
+            value = CASE_TASKS
         resource.setrlimit(lim, (value, value))
     if uid is not None:
         os.setgroups([])
@@ -816,6 +845,8 @@ def candidate_setup(fds: tuple[int, ...], uid: int | None, layers: dict, scratch
         drop_capabilities()
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the uid change, which clears it
     prctl(PR_SET_DUMPABLE, 0)  # no /proc/<pid>/mem, no ptrace, even for the same uid
+    if threads:
+        CASE_THREADS_FILTER()  # threads, but no new process
 
 
 def _flush():
@@ -1000,7 +1031,7 @@ def case_server(fds: tuple[int, ...], uid: int | None, layers: dict, scratch_opt
         pid = os.fork()
         if pid == 0:
             try:
-                candidate_setup((in_r, out_w, err_w), uid, layers, scratch_opts)
+                candidate_setup((in_r, out_w, err_w), uid, layers, scratch_opts, threads=True)
                 cpu = math.ceil(case_timeout) + CPU_SLACK  # lowering only (set_task_limits' comment)
                 resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
                 run_program(code)
@@ -1170,7 +1201,9 @@ def spawner_main(sock, uids: tuple, layers: dict, pid_ns: int) -> None:
 
 
 class Spawner:
-    def __init__(self, uids: tuple, layers: dict, load_seccomp, extra_paths: tuple | list):
+    def __init__(
+        self, uids: tuple, layers: dict, load_seccomp, extra_paths: tuple | list, threads_filter=None
+    ):
         self.sock, child = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         status_r, status_w = os.pipe()
         if layers["pid_namespace"]:
@@ -1205,6 +1238,8 @@ class Spawner:
                     layers["scratch"] = make_shared_scratch(uids)
                 if load_seccomp is not None:
                     load_seccomp()  # inherited by every candidate
+                    global CASE_THREADS_FILTER
+                    CASE_THREADS_FILTER = threads_filter
                 report["layers"] = layers
                 write_all(status_w, json.dumps(report).encode())
                 os.close(status_w)
@@ -2270,10 +2305,10 @@ def main(config: str) -> None:
         warm_up()
     if cfg.get("pin") is not None:  # judge, spawner and candidates ping-pong: keep them on one CPU
         os.sched_setaffinity(0, {cfg["pin"]})
-    load_seccomp = None
+    load_seccomp = threads_filter = None
     if "seccomp" not in off:
         try:
-            load_seccomp = build_seccomp()
+            load_seccomp, threads_filter = build_seccomp(), build_seccomp(threads_only=True)
         except OSError as e:
             print(f"passk zygote: no seccomp ({e})", file=sys.stderr)
     try:
@@ -2292,7 +2327,7 @@ def main(config: str) -> None:
     gc.collect()
     gc.freeze()  # forked children then do not touch these pages through the collector
     libc.malloc_trim(0)  # fewer pages to copy at every fork
-    spawner = Spawner(uids, layers, load_seccomp, cfg.get("readonly_paths", ()))
+    spawner = Spawner(uids, layers, load_seccomp, cfg.get("readonly_paths", ()), threads_filter)
     try:
         observed = probe(spawner, cfg, layers, spawner.report["top"])
         hello = {

@@ -9,6 +9,7 @@ import os
 import pytest
 
 from sandbox import Sandbox, Status, compare_output
+from sandbox import _zygote as zygote
 from sandbox.formats import CallTests, StdioTests, detect_format, read_tests, task_for
 
 UID_BASE = 62500 + 16 * (os.getpid() % 100)  # away from the default 61000 and from test_sandbox.py's range
@@ -118,6 +119,49 @@ def test_a_program_gets_what_python_program_py_gives_it(sb):
     r = sb.run_stdio("print(input())\nquit(3)\n", [("x\n", "x\n")])
     assert r.status is Status.RUNTIME_ERROR and "exit status 3" in r.message, r
     assert sb.run_stdio("import sys\nprint(len(sys.argv))\n", [("", "1\n")]).passed
+
+
+THREAD_IDIOM = """import sys, threading
+sys.setrecursionlimit(1 << 20)
+threading.stack_size(1 << 27)
+def depth(n):
+    return 0 if n == 0 else 1 + depth(n - 1)
+def main():
+    print(depth(int(input())))
+thread = threading.Thread(target=main)
+thread.start()
+thread.join()
+"""
+THREAD_BOMB = """import threading, time
+n = 0
+try:
+    while n < 100:
+        threading.Thread(target=time.sleep, args=(1,), daemon=True).start()
+        n += 1
+except RuntimeError:
+    pass
+print(n)
+"""
+SPAWNS = (
+    "import os\nos.fork()\n",
+    "import subprocess\nsubprocess.run(['true'])\n",
+    "import multiprocessing\nmultiprocessing.Process(target=print).start()\n",
+)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="threads need the cases' own uid, which needs root")
+def test_a_case_may_start_threads_but_no_process(sb):
+    """The competitive-programming idiom of a big-stack thread for deep recursion works; a new process does not
+    (fork, subprocess, multiprocessing), and the threads stop at CASE_TASKS tasks of the uid in all."""
+    assert sb.layers["seccomp"] and sb.layers["separate_uid"]
+    r = sb.run_stdio(THREAD_IDIOM, [("100000\n", "100000\n")])
+    assert r.passed, r
+    for spawn in SPAWNS:
+        r = sb.run_stdio(spawn + "print('spawned')\n", [("", "spawned\n")])
+        assert r.status is Status.RUNTIME_ERROR and "PermissionError" in r.message, (spawn, r)
+    # Tasks of the uid not yet reaped (an earlier task's) count too: at most CASE_TASKS - 1 threads.
+    r = sb.run_stdio(THREAD_BOMB, [("", "")])
+    assert r.status is Status.FAILED and 0 < int(r.stdout) < zygote.CASE_TASKS, r
 
 
 def test_syntax_errors_and_refused_input(sb):
