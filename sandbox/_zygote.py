@@ -1066,6 +1066,14 @@ def run_program(code) -> None:
 
         traceback.print_exception(e)
         status = 1
+    threading = sys.modules.get("threading")
+    if threading is not None:  # as the interpreter's finalization does: wait for the non-daemon threads first
+        try:
+            threading._shutdown()
+        except BaseException as e:
+            import traceback
+
+            traceback.print_exception(e)
     try:
         import atexit
 

@@ -151,10 +151,13 @@ SPAWNS = (
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="threads need the cases' own uid, which needs root")
 def test_a_case_may_start_threads_but_no_process(sb):
-    """The competitive-programming idiom of a big-stack thread for deep recursion works; a new process does not
-    (fork, subprocess, multiprocessing), and the threads stop at CASE_TASKS tasks of the uid in all."""
+    """The competitive-programming idiom of a big-stack thread for deep recursion works, joined or not; a new
+    process does not (fork, subprocess, multiprocessing), and threads stop at CASE_TASKS tasks of the uid."""
     assert sb.layers["seccomp"] and sb.layers["separate_uid"]
     r = sb.run_stdio(THREAD_IDIOM, [("100000\n", "100000\n")])
+    assert r.passed, r
+    # Not joined: the program ends when its last non-daemon thread does, as under the interpreter.
+    r = sb.run_stdio(THREAD_IDIOM.replace("thread.join()\n", ""), [("100000\n", "100000\n")])
     assert r.passed, r
     for spawn in SPAWNS:
         r = sb.run_stdio(spawn + "print('spawned')\n", [("", "spawned\n")])

@@ -1,6 +1,8 @@
 # task: stdio
-# expect: failed
+# expect: failed|timeout
 # max_passed: 0
+# (timeout: a case may start threads, and the non-daemon one below keeps the program alive, as under python,
+# until the case's deadline kills it.)
 # Every answer is "STATE FOUND": a case passes only if something an earlier case of the task left behind is
 # still there. Look for it first (a file in /tmp or the working directory, an abstract unix socket, SysV shared
 # memory, a process to ask); then try to leave each of them (a daemon that answers on the socket, a file, a
