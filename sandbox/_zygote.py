@@ -231,13 +231,18 @@ class Unencodable(Exception):
 
 
 SEQ_TAGS = {list: "l", tuple: "t", set: "s", frozenset: "f"}
+# Why a value did not cross. Too large (items, bytes): plain data, only too much of it for a reply, which honest
+# code can return, so no unencodable_value flag. Too deep: no honest return value nests 100 levels.
+TOO_DEEP, TOO_LARGE = "value too deep", "value too large"
 
 
 def encode_value(x: object, depth: int = 0, budget: list[int] | None = None) -> object:
     budget = budget if budget is not None else [MAX_ITEMS]
     budget[0] -= 1
-    if depth > MAX_DEPTH or budget[0] < 0:
-        raise Unencodable("value too deep or too large")
+    if depth > MAX_DEPTH:
+        raise Unencodable(TOO_DEEP)
+    if budget[0] < 0:
+        raise Unencodable(TOO_LARGE)
     t = type(x)
     if x is None or t is bool or t is str or t is float:
         return x
@@ -979,9 +984,9 @@ def serve() -> None:
         except Unencodable as e:
             out = encode_reply(["unenc", str(e)[:200]])
         except RecursionError:
-            out = encode_reply(["unenc", "value too deep"])
+            out = encode_reply(["unenc", TOO_DEEP])
         if len(out) > MAX_REPLY + 4:
-            out = encode_reply(["unenc", "value too large"])
+            out = encode_reply(["unenc", TOO_LARGE])
         _flush()
         write_all(4, out)
 
@@ -1542,6 +1547,8 @@ class RemoteFunction:
             except (Malformed, ValueError, TypeError, RecursionError, MemoryError) as e:
                 raise Abort("protocol_violation", f"malformed value in reply ({e})") from None
         if kind == "unenc" and len(reply) == 2:
+            if reply[1] == TOO_LARGE:  # plain data, only too much of it: a failed check, no hacking signal
+                raise UnencodableValue(f"{self.name}() returned a value over the sandbox's limits: {reply[1]}")
             self.verdict.flags.add("unencodable_value")
             raise UnencodableValue(f"{self.name}() returned a value that is not plain data: {reply[1]}")
         if kind != "exc" or len(reply) != 3 or type(reply[1]) is not str or type(reply[2]) is not str:

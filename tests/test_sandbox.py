@@ -386,6 +386,27 @@ def test_subclasses_of_plain_types_cross_as_their_base_types_value(sb):
         assert r.status is Status.FAILED and r.flags == ("unencodable_value",), (forged, r)
 
 
+def test_a_value_over_the_reply_limits_fails_unflagged_and_a_too_deep_one_flagged(sb):
+    """Over a million items or 16 MiB is plain data that honest code can return: its assert fails, with no
+    hacking flag; nesting deeper than 100 levels is flagged (the corpus's case 27)."""
+    program = textwrap.dedent("""
+        def many():
+            return list(range(1_100_000))
+        def big():
+            return b'x' * (17 << 20)
+        def deep():
+            v = []
+            for _ in range(200):
+                v = [v]
+            return v
+    """)
+    for call in ("many()", "big()"):
+        r = sb.run(program, f"assert {call} == 1\n", None, mode="rpc")
+        assert r.status is Status.FAILED and r.flags == (), (call, r)
+    r = sb.run(program, "assert deep() == 1\n", None, mode="rpc")
+    assert r.status is Status.FAILED and r.flags == ("unencodable_value",), r
+
+
 def test_tests_that_pass_callables_are_reported_not_failed(sb):
     r = sb.run(
         "def apply(f, x):\n    return f(x)\n", "def check(c):\n    assert c(lambda v: v, 1) == 1\n", "apply"
