@@ -1548,7 +1548,9 @@ class RemoteFunction:
                 raise Abort("protocol_violation", f"malformed value in reply ({e})") from None
         if kind == "unenc" and len(reply) == 2:
             if reply[1] == TOO_LARGE:  # plain data, only too much of it: a failed check, no hacking signal
-                raise UnencodableValue(f"{self.name}() returned a value over the sandbox's limits: {reply[1]}")
+                raise UnencodableValue(
+                    f"{self.name}() returned a value over the sandbox's limits: {reply[1]}"
+                )
             self.verdict.flags.add("unencodable_value")
             raise UnencodableValue(f"{self.name}() returned a value that is not plain data: {reply[1]}")
         if kind != "exc" or len(reply) != 3 or type(reply[1]) is not str or type(reply[2]) is not str:
