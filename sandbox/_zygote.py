@@ -867,10 +867,15 @@ def _reply(obj: list) -> None:
     write_all(4, encode_reply(obj))
 
 
-def _report(kind: str, exc: BaseException) -> None:
+def print_exception(exc: BaseException) -> None:
+    """A traceback on stderr, as the interpreter prints an uncaught exception."""
     import traceback  # only on this path: importing it costs every fork
 
     traceback.print_exception(exc)
+
+
+def _report(kind: str, exc: BaseException) -> None:
+    print_exception(exc)
     _reply(["load", kind, type(exc).__name__, str(exc)[:500]])
 
 
@@ -1067,18 +1072,14 @@ def run_program(code) -> None:
             print(e.code, file=sys.stderr)
             status = 1
     except BaseException as e:
-        import traceback  # only on this path: importing it costs every fork
-
-        traceback.print_exception(e)
+        print_exception(e)
         status = 1
     threading = sys.modules.get("threading")
     if threading is not None:  # as the interpreter's finalization does: wait for the non-daemon threads first
         try:
             threading._shutdown()
         except BaseException as e:
-            import traceback
-
-            traceback.print_exception(e)
+            print_exception(e)
     try:
         import atexit
 
