@@ -934,6 +934,16 @@ def print_exception(exc: BaseException) -> None:
     traceback.print_exception(exc)
 
 
+def exception_reply(e: BaseException) -> list:
+    """``["exc", name, message]`` for an exception a call raised. The name is that of the exception's nearest
+    builtin class, the one the judge raises in the tests (a program's own ValueError subclass reaches them as a
+    ValueError, which their ``except ValueError`` expects); the message keeps the program's class name."""
+    t = type(e)
+    name = next((c.__name__ for c in t.__mro__ if getattr(builtins, c.__name__, None) is c), "Exception")
+    message = str(e) if t.__name__ == name else f"{t.__name__}: {e}"
+    return ["exc", name, message[:500]]
+
+
 def _report(kind: str, exc: BaseException) -> None:
     print_exception(exc)
     _reply(["load", kind, type(exc).__name__, str(exc)[:500]])
@@ -1042,7 +1052,7 @@ def serve() -> None:
                 raise NameError(f"name {name!r} is not defined")
             ret = fn(*decode_value(call[1]), **decode_value(call[2]))
         except BaseException as e:
-            _reply(["exc", type(e).__name__, str(e)[:500]])
+            _reply(exception_reply(e))
             continue
         try:
             out = encode_reply(["ret", encode_value(ret)])

