@@ -1133,8 +1133,10 @@ def run_program(code) -> None:
     """A stdin/stdout case: run the program as ``python program.py < input`` would, and exit with its status
     (SystemExit's code, 1 after an uncaught exception, 120 when its output cannot be flushed)."""
     status = 0
+    # __file__ as Python 3.9+ sets it for a script: absolute, in the working directory (the scratch /tmp).
+    script = {"__name__": "__main__", "__file__": os.path.abspath("program.py"), "__builtins__": builtins}
     try:
-        exec(code, {"__name__": "__main__", "__builtins__": builtins})
+        exec(code, script)
     except SystemExit as e:
         if e.code is None or type(e.code) is int or type(e.code) is bool:
             status = int(e.code or 0) & 0xFF

@@ -114,11 +114,14 @@ def test_a_non_zero_exit_is_a_runtime_error_whatever_it_printed(sb):
 
 
 def test_a_program_gets_what_python_program_py_gives_it(sb):
-    """exit() and quit() (site's builtins, which the workers' -S start leaves out) and a one-entry sys.argv."""
+    """exit() and quit() (site's builtins, which the workers' -S start leaves out), a one-entry sys.argv and
+    an absolute __file__ named after it."""
     assert sb.run_stdio("print(input())\nexit()\nprint('never')\n", [("x\n", "x\n")]).passed
     r = sb.run_stdio("print(input())\nquit(3)\n", [("x\n", "x\n")])
     assert r.status is Status.RUNTIME_ERROR and "exit status 3" in r.message, r
     assert sb.run_stdio("import sys\nprint(len(sys.argv))\n", [("", "1\n")]).passed
+    program = "import os, sys\nprint(os.path.isabs(__file__), os.path.basename(__file__) == sys.argv[0])\n"
+    assert sb.run_stdio(program, [("", "True True\n")]).passed
 
 
 THREAD_IDIOM = """import sys, threading
