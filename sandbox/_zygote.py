@@ -939,7 +939,7 @@ def exception_reply(e: BaseException) -> list:
     builtin class, the one the judge raises in the tests (a program's own ValueError subclass reaches them as a
     ValueError, which their ``except ValueError`` expects); the message keeps the program's class name."""
     t = type(e)
-    name = next((c.__name__ for c in t.__mro__ if getattr(builtins, c.__name__, None) is c), "Exception")
+    name = next((c.__name__ for c in _mro(t) if getattr(builtins, c.__name__, None) is c), "Exception")
     message = str(e) if t.__name__ == name else f"{t.__name__}: {e}"
     return ["exc", name, message[:500]]
 
