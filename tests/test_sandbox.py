@@ -410,6 +410,8 @@ def test_decimals_fractions_and_bytearrays_cross_as_genuine_values(sb):
             return Forged(1, 2)
         def huge():
             return fractions.Fraction(3 ** 3000, 2 ** 4000)
+        def double(x):
+            return [type(x).__name__, x * 2]
     """)
     tests = textwrap.dedent("""
         from decimal import Decimal
@@ -419,9 +421,10 @@ def test_decimals_fractions_and_bytearrays_cross_as_genuine_values(sb):
         assert buf() == b'ab' and type(buf()) is bytearray
         assert shown() == [Decimal('1.5')] and type(shown()[0]) is Decimal
         assert {frac(): 1} == {Fraction(1, 2): 1}
+        assert double(Fraction(1, 3)) == ['Fraction', Fraction(2, 3)] and double(Decimal('1.5')) == ['Decimal', 3]
     """)
     r = sb.run(program, tests, None, mode="rpc")
-    assert r.passed and r.asserts_total == 5 and not r.flags, r
+    assert r.passed and r.asserts_total == 6 and not r.flags, r
     r = sb.run(program, "assert forged() == 1\n", None, mode="rpc")
     assert r.status is Status.FAILED and r.flags == ("unencodable_value",), r
     r = sb.run(program, "assert huge() == 1\n", None, mode="rpc")
