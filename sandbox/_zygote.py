@@ -291,6 +291,9 @@ EXACT_NUMBERS = (("decimal", "Decimal", "D"), ("fractions", "Fraction", "q"))
 # size, in C code that no timer interrupts), so a larger one does not cross (a failed check, unflagged). A
 # 16 MiB reply of such fractions (~8,000) takes the judge ~0.6 s here, within the task's deadline.
 MAX_FRACTION_BITS = 4096
+# Digits and exponent of a Decimal, as Python bounds int <-> str conversion (sys.int_info): the tests' int(),
+# round() or Fraction() of a Decimal('1E+1000000') would run ~30 s in C code that no timer interrupts.
+MAX_DECIMAL_DIGITS = 4300
 
 
 def own_equality(t: type, base: type) -> bool:
@@ -302,6 +305,12 @@ def own_equality(t: type, base: type) -> bool:
         if ("__eq__" in own or "__ne__" in own) and c not in OWN_EQUALITY_ALLOWED:
             return True
     return False
+
+
+def decimal_too_large(parts) -> bool:
+    """Whether a Decimal's ``as_tuple()`` is over MAX_DECIMAL_DIGITS (NaN and infinities never are)."""
+    digits, exponent = parts[1], parts[2]
+    return type(exponent) is int and max(len(digits), abs(exponent)) > MAX_DECIMAL_DIGITS
 
 
 def exact_number(x: object, t: type) -> list | None:
@@ -319,6 +328,8 @@ def exact_number(x: object, t: type) -> list | None:
     if own_equality(t, base):
         raise Unencodable(f"{t.__module__}.{t.__qualname__}")
     if tag == "D":
+        if decimal_too_large(base.as_tuple(x)):
+            raise Unencodable(TOO_LARGE)
         return [tag, base.__str__(x)]
     num, den = base.numerator.fget(x), base.denominator.fget(x)
     if type(num) is not int or type(den) is not int or den <= 0:
@@ -415,7 +426,10 @@ class Decoder:
                 if tag == "D":
                     from decimal import Decimal  # judge only, once: candidates fork without it
 
-                    return Decimal(x[1])
+                    value = Decimal(x[1])
+                    if decimal_too_large(value.as_tuple()):
+                        raise Malformed("decimal too large")
+                    return value
                 return bytes.fromhex(x[1]) if tag == "b" else bytearray.fromhex(x[1])
             except (ValueError, ArithmeticError):  # decimal.InvalidOperation is both
                 raise Malformed("malformed value") from None

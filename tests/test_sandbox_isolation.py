@@ -13,6 +13,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
@@ -366,6 +367,12 @@ def test_decoding_is_bounded_in_hash_collisions_items_and_depth():
         ["q", 1, 3],
     ):
         with pytest.raises(zygote.Malformed):
+            zygote.decode_value(bad)
+    # A Decimal whose int() would take the judge seconds does not cross (digits or exponent over the bound).
+    assert zygote.decode_value(["D", "-1.5E+4300"]) == Decimal("-1.5E+4300")
+    assert zygote.decode_value(["D", "NaN"]).is_nan()
+    for bad in (["D", "1E+4301"], ["D", "1E-4301"], ["D", "9" * 4301]):
+        with pytest.raises(zygote.Malformed, match="decimal too large"):
             zygote.decode_value(bad)
     with pytest.raises(TimeoutError):  # past the task's deadline, within DECODE_CLOCK_EVERY items
         zygote.decode_value(["l"] + [0] * 10_000, deadline=time.monotonic() - 1)
