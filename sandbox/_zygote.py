@@ -307,6 +307,11 @@ def own_equality(t: type, base: type) -> bool:
     return False
 
 
+def fraction_too_large(num: int, den: int) -> bool:
+    """Whether a Fraction's numerator or denominator is over MAX_FRACTION_BITS."""
+    return max(num.bit_length(), den.bit_length()) > MAX_FRACTION_BITS
+
+
 def decimal_too_large(parts) -> bool:
     """Whether a Decimal's ``as_tuple()`` is over MAX_DECIMAL_DIGITS (NaN and infinities never are)."""
     digits, exponent = parts[1], parts[2]
@@ -334,7 +339,7 @@ def exact_number(x: object, t: type) -> list | None:
     num, den = base.numerator.fget(x), base.denominator.fget(x)
     if type(num) is not int or type(den) is not int or den <= 0:
         raise Unencodable(f"{t.__module__}.{t.__qualname__}")
-    if max(num.bit_length(), den.bit_length()) > MAX_FRACTION_BITS:
+    if fraction_too_large(num, den):
         raise Unencodable(TOO_LARGE)
     return [tag, hex(num), hex(den)]
 
@@ -446,7 +451,7 @@ class Decoder:
             num, den = int(numerator, 16), int(denominator, 16)
         except ValueError:
             raise Malformed("malformed value") from None
-        if den <= 0 or max(num.bit_length(), den.bit_length()) > MAX_FRACTION_BITS or math.gcd(num, den) != 1:
+        if den <= 0 or fraction_too_large(num, den) or math.gcd(num, den) != 1:
             raise Malformed("malformed fraction")
         from fractions import Fraction  # judge only, once: candidates fork without it
 
