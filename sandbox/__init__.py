@@ -41,7 +41,15 @@ Against a program that wants to harm the host or fake a pass (a model that learn
   IPC object of one case reaches the next), its uid, seccomp and rlimits, stdin a pipe holding only its
   input. The cases run one at a time, in an order drawn from os.urandom, so that recognising which case runs
   is worth nothing. A non-zero exit or a signal is a runtime error whatever was printed (``crash_after_output``
-  when the output was right), and a prefix of the expected output is a wrong answer.
+  when the output was right), and a prefix of the expected output is a wrong answer. ``float_tol`` applies to
+  real-valued expected tokens only (a fraction or an exponent); an integer is matched exactly, however large.
+* **The judge's own time.** The comparison is linear in the two sizes (a number pattern that cannot
+  backtrack, numbers parsed within 64 characters, 64 MiB per side at most) and looks at every token even
+  after a difference, so its time hardly depends on which tokens are right; it runs inside the task's budget
+  (the judge's alarm, ``total_timeout`` + 1 s, ends it as a ``timeout``). The outputs are compared only after
+  the task's last case has ended, so no case runs after a comparison it could time (with
+  ``stop_on_failure`` each case is compared as it ends, and the next case learns that the last one passed;
+  past 64 MiB of held output the held cases are compared before the next case runs).
 * **Forged or hostile replies.** A candidate's frames are JSON without objects; a ``{`` is a protocol
   violation, so the judge's parser never builds a dict from them. Decoding is bounded in bytes (16 MiB), items
   (1M), depth (100) and hash work, and watches the task's deadline: sets and dicts are built only after
@@ -57,19 +65,35 @@ Against a program that wants to harm the host or fake a pass (a model that learn
   seccomp refuses them anyway) and mount namespace, and a fresh tmpfs ``/tmp`` limited in size (64 MiB) and
   inodes (4,096), discarded with the namespace and never walked. flock, record locks, inotify and leases are
   refused (the root's files are the host's inodes). The next task never depends on what the previous did.
+* **State shared with later tasks and other pools.** The root's files are the host's, so their page cache is
+  shared with every candidate of every pool: seccomp refuses what sets, evicts or reads its state without
+  reading the data (fadvise, readahead, mincore, cachestat, remap_file_pages, preadv2/pwritev2 with
+  RWF_NOWAIT, madvise other than advice 0-19 on its own pages, and WILLNEED, REMOVE and MERGEABLE among
+  those), and the spawner asks the kernel to cache every file of the root before the first candidate runs,
+  so that a read cannot flip a page from cold to cached either. A candidate's ``/proc`` is mounted
+  ``subset=pid,hidepid=invisible``: its own processes and nothing host-wide (no ``stat``, ``meminfo``,
+  ``loadavg``, ``vmstat``, ``pressure``); ``sysinfo()`` is refused for the same counters.
 * **Host damage.** Each program runs in its own process, never the trainer's, SIGKILLed at a wall-clock
   deadline (a CPU limit alone never fires on a sleeping process) and reaped. rlimits: address space
   (``memory_mb``), CPU (``ceil(timeout) + 1`` s), file size 16 MiB, 64 fds, no core, no locked memory, no
   POSIX queue bytes, no new processes (RLIMIT_NPROC = 0; it does not bind root, so candidates never run as
   root: two uids per slot, claimed host-wide so that two pools never share one). A stdin/stdout case may
   start threads instead (the competitive-programming idiom of a big-stack thread for deep recursion): its
-  RLIMIT_NPROC is 16 and a seccomp filter of its own refuses fork, vfork and any clone that is not a thread
-  (only with seccomp and the case's own uid; otherwise no threads either). No network (network
+  RLIMIT_NPROC is 16 and a seccomp filter of its own refuses fork, vfork and any clone that does not share
+  the address space, fs struct, file table and signal handlers (CLONE_THREAD|VM|FS|FILES|SIGHAND; only with
+  seccomp and the case's own uid; otherwise no threads either), and ``unshare(CLONE_FILES|CLONE_FS)`` is
+  refused, so RLIMIT_AS and the 64 fds bound the whole case, not each thread. Memory outside the address
+  space is bounded: ``memfd_create`` and ``memfd_secret`` are refused (there is no memory cgroup per slot),
+  SysV and POSIX shared memory too, ``/tmp`` is 64 MiB, pipe buffers are the kernel's per-uid quota
+  (``pipe-user-pages-soft``, 64 MiB by default), fds in flight over SCM_RIGHTS at most RLIMIT_NOFILE per
+  uid (the kernel's ``too_many_unix_fds``), and without memfds they are pipes and sockets. No network (network
   namespace; seccomp also refuses non-AF_UNIX sockets). seccomp refuses exec, ptrace, process_vm_*, other
   namespaces and mounts, bpf, io_uring, kexec, modules, keyctl, signals to anything but its own process group,
   fcntl(F_SETOWN/F_SETSIG), SysV/POSIX IPC and moving itself off its CPU or memory node. stdin is /dev/null,
   stdout and stderr are read with a size cap, and the environment holds only PATH and LANG. The owner, judge,
-  spawner and candidates are non-dumpable (no ptrace, no /proc/<pid>/mem even for the same uid). Workers exit
+  spawner and candidates are non-dumpable (no ptrace, no /proc/<pid>/mem even for the same uid), and
+  ``prctl(PR_SET_DUMPABLE)`` to anything but 0 is refused (a dumpable process's memory would reach a
+  ``core_pattern`` pipe helper, as root, whatever RLIMIT_CORE says). Workers exit
   when their owner does, even when it is SIGKILLed (stdin EOF, then PR_SET_PDEATHSIG down the tree).
 
 ``Sandbox.layers`` reports each layer as a probe program observed it in a real candidate.
@@ -97,8 +121,16 @@ What is not defended
   (without network). rpc mode also cannot see argument mutation, object identity, generators or callables
   passed to the candidate (a test that passes one is reported as ``sandbox_error``: run it with
   ``mode="exec"``).
-* CPU time is shared with the host (no cgroup); the files of the candidate's root are the host's (read-only);
-  side channels (timing, the page cache) are out of scope.
+* CPU time is shared with the host (no cgroup); the files of the candidate's root are the host's (read-only).
+* **Timing channels that remain**, each bounded by the noise of a fork-per-case (tens of microseconds and
+  more): the page cache's residency through read timing where the host itself evicts a page of the root's
+  files under memory pressure (a task cannot evict one; a page read back is cached again for everyone, so
+  each such bit is readable by one reader and writable once); contention for shared CPU caches, memory
+  bandwidth and the kernel's locks with the tasks of other slots (the slots are pinned to CPUs, not
+  isolated); the judge's comparison time of a previous task on the same slot, observable only against the
+  clock (no state carries the previous task's end), and within the nanoseconds per token that byte
+  comparisons stop early; with ``stop_on_failure``, the fact that a case runs at all. Host memory pressure
+  from other tasks (allocations under RLIMIT_AS succeed or fail) is not isolated without a memory cgroup.
 * Threads: the program of an rpc or exec task cannot start any (RLIMIT_NPROC = 0 counts them); a stdin/stdout
   case's threads share its CPU and its address-space limit, and unreaped tasks of its uid count against its 16.
   The process that forks the cases keeps the privileges their set-up needs and compiles the candidate's source

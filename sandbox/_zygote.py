@@ -87,19 +87,20 @@ DECODE_CLOCK_EVERY = 4096  # the decoder looks at the task's deadline every so m
 SCRATCH_MB = 64  # /tmp of a candidate: tmpfs size (its memory is not covered by RLIMIT_AS)
 SCRATCH_INODES = 4096  # files + directories in /tmp: bounds what the kernel frees when the task ends
 FILE_SIZE = 16 << 20  # RLIMIT_FSIZE: no file, pipe aside, grows past this (writes fail with EFBIG)
-OPEN_FILES = 64  # RLIMIT_NOFILE: pipes, sockets, memfds; with FILE_SIZE it bounds memfd memory to 1 GiB
+OPEN_FILES = 64  # RLIMIT_NOFILE: pipes and sockets (memfds are refused); one file table per case
 CPU_SLACK = (
     1  # RLIMIT_CPU = ceil(timeout) + 1 s: the wall-clock kill comes first; this bounds a stalled judge
 )
 ALARM_SLACK = 1.0  # the judge's own backstop (SIGALRM) for trusted code that never returns
 CASE_CHUNK = 1 << 16  # bytes of a stdin/stdout case's input written per wake-up (one pipe buffer)
 CASE_SHOWN = 4096  # bytes of a failing case's stdout and stderr kept in the result
+PENDING_OUTPUT = 64 << 20  # bytes of stdin/stdout case outputs the judge holds before comparing them
 
 # The rlimits every candidate (and every stdin/stdout case) gets before its uid changes, each with what it
 # protects. RLIMIT_AS and RLIMIT_CPU come with the task (``set_task_limits``).
 CANDIDATE_RLIMITS = (
     (resource.RLIMIT_FSIZE, FILE_SIZE),  # no huge file in /tmp or elsewhere (the scratch tmpfs is RAM)
-    (resource.RLIMIT_NOFILE, OPEN_FILES),  # no fd exhaustion; with FILE_SIZE, bounds what memfds can hold
+    (resource.RLIMIT_NOFILE, OPEN_FILES),  # no fd exhaustion; also bounds the fds a uid has in flight
     (resource.RLIMIT_CORE, 0),  # no core file: it would write the candidate's memory somewhere
     (resource.RLIMIT_NPROC, 0),  # no new process or thread (fork bombs, daemons); root is exempt: uid drop
     (resource.RLIMIT_MEMLOCK, 0),  # no locked pages, which the kernel could not reclaim or swap
@@ -502,13 +503,34 @@ SECCOMP_DENY = (
     "flock inotify_init inotify_init1 inotify_add_watch fanotify_init fanotify_mark "
     # Move itself to other CPUs or memory nodes than its slot's, or above its slot's priority.
     "sched_setaffinity sched_setscheduler sched_setparam sched_setattr migrate_pages move_pages mbind "
-    "set_mempolicy set_mempolicy_home_node ioprio_set"
+    "set_mempolicy set_mempolicy_home_node ioprio_set "
+    # State that outlives the task and is shared with every other candidate (any pool's): the host's page
+    # cache of the root's read-only files (read or set residency: a channel between tasks, and eviction slows
+    # the host; madvise and preadv2 have rules below), and host-wide counters (free memory, load, processes).
+    "fadvise64 readahead mincore cachestat remap_file_pages sysinfo "
+    # Memory outside RLIMIT_AS that a case could pin (there is no memory cgroup per slot): memfds, secret
+    # memory. tmpfs /tmp is size-limited; SysV and POSIX shared memory are refused above.
+    "memfd_create memfd_secret"
 ).split()
+# madvise advice a candidate may give: what acts on its own pages only (0-19: normal, random, sequential,
+# dontneed, free, dontfork, dofork, hugepage, nohugepage, dontdump, dodump, wipeonfork, keeponfork), except
+# WILLNEED (reads ahead into the shared page cache), REMOVE (frees shared file pages) and MERGEABLE (KSM
+# merges pages across processes: a timing channel). 20 and above (cold, pageout, populate, collapse, guards,
+# hwpoison) are refused whole: cold and pageout evict shared file pages.
+MADV_DENY, MADV_FIRST_DENIED = (3, 9, 12), 20
+RWF_NOWAIT = 0x8  # preadv2/pwritev2: fails instead of waiting when a page is not cached (reads residency)
+PREADV2_FLAGS_ARG = 5  # fd, iov, iovcnt, pos_l, pos_h, flags
 F_GETLK, F_SETLK, F_SETLKW, F_SETOWN, F_SETSIG, F_SETOWN_EX = 5, 6, 7, 8, 10, 15
 F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW, F_SETLEASE, F_NOTIFY = 36, 37, 38, 1024, 1026
 # Namespaces a process may never enter or make, even with the capability: user (it grants every
 # capability inside), network, UTS, cgroup and time.
-UNSHARE_DENY_BITS = (0x10000000, 0x40000000, 0x04000000, 0x02000000, 0x00000080)
+# And a file table or fs struct of its own (CLONE_FILES, CLONE_FS): a thread with its own table gets its own
+# RLIMIT_NOFILE of fds, which multiplied the memory a case could pin.
+UNSHARE_DENY_BITS = (0x10000000, 0x40000000, 0x04000000, 0x02000000, 0x00000080, 0x00000400, 0x00000200)
+# A thread must share the address space, the fs struct, the file table and the signal handlers of its process
+# (a clone without one of them is refused in a stdin/stdout case): RLIMIT_AS and RLIMIT_NOFILE then bound the
+# whole case, not each thread.
+CLONE_VM, CLONE_FS, CLONE_FILES, CLONE_SIGHAND = 0x100, 0x200, 0x400, 0x800
 MOUNT_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC  # the only flag set a mount may use after the root is built
 FCNTL_DENY = (
     F_GETLK,
@@ -582,7 +604,7 @@ def compile_seccomp(threads_only: bool = False):
     lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
     lib.seccomp_release.argtypes = [ctypes.c_void_p]
     allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38  # actions: allow, EPERM, ENOSYS
-    ne, eq, masked_eq = 1, 4, 7  # comparisons
+    ne, eq, ge, masked_eq = 1, 4, 5, 7  # comparisons
     ctx = lib.seccomp_init(allow)
     if not ctx:
         raise OSError("seccomp_init failed")
@@ -600,7 +622,8 @@ def compile_seccomp(threads_only: bool = False):
         # absent, so that the C library starts threads with clone.
         rule("fork")
         rule("vfork")
-        rule("clone", ArgCmp(0, masked_eq, CLONE_THREAD, 0))
+        for bit in (CLONE_THREAD, CLONE_VM, CLONE_FS, CLONE_FILES, CLONE_SIGHAND):  # any one missing: refused
+            rule("clone", ArgCmp(0, masked_eq, bit, 0))
         rule("clone3", action=enosys)
         return export_bpf(lib, ctx)
     for name in SECCOMP_DENY:
@@ -613,6 +636,14 @@ def compile_seccomp(threads_only: bool = False):
     rule("mount", ArgCmp(3, ne, MOUNT_FLAGS, 0))
     for cmd in FCNTL_DENY:
         rule("fcntl", ArgCmp(1, eq, cmd, 0))
+    rule("madvise", ArgCmp(2, ge, MADV_FIRST_DENIED, 0))  # 64-bit compare: high garbage bits are refused too
+    for advice in MADV_DENY:
+        rule("madvise", ArgCmp(2, eq, advice, 0))
+    for name in ("preadv2", "pwritev2"):
+        rule(name, ArgCmp(PREADV2_FLAGS_ARG, masked_eq, RWF_NOWAIT, RWF_NOWAIT))
+    # Dumpable again: a core_pattern that pipes to a helper would get its memory whatever RLIMIT_CORE says, and
+    # ptrace and /proc/<pid>/mem by its uid would work. Setting 0 stays allowed (the set-up does it).
+    rule("prctl", ArgCmp(0, eq, PR_SET_DUMPABLE, 0), ArgCmp(1, ne, 0, 0))
     return export_bpf(lib, ctx)
 
 
@@ -801,6 +832,29 @@ class RootBuilder:
 
 
 DEV_NODES = {"null": (1, 3, 0o666), "zero": (1, 5, 0o666), "urandom": (1, 9, 0o444)}  # urandom: read-only
+PROC_OPTIONS = "subset=pid,hidepid=invisible"  # a candidate's /proc: its own processes only, no host counters
+WARM_SKIP = ("/proc", "/dev", "/tmp")  # not the root's files
+
+
+def warm_root() -> None:
+    """Ask the kernel to read every file of the candidates' root into the page cache (asynchronous readahead;
+    ~10 ms when it is there already). A candidate cannot evict a page (seccomp), so a page that is cached
+    stays so whatever it does, and reading a file it thinks cold then tells it nothing about earlier tasks:
+    what is left is the host's own eviction under memory pressure (see the threat model)."""
+    for top, dirs, files in os.walk("/"):
+        if top == "/":
+            dirs[:] = [d for d in dirs if "/" + d not in WARM_SKIP]
+        for name in files:
+            try:
+                fd = os.open(os.path.join(top, name), os.O_RDONLY | os.O_NONBLOCK)
+            except OSError:
+                continue
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
 
 
 def build_root(extra_paths):
@@ -904,10 +958,15 @@ def candidate_setup(
         # The scratch tmpfs lives and dies with this mount namespace: nothing to walk or delete afterwards.
         mount("tmpfs", "/tmp", "tmpfs", MOUNT_FLAGS, scratch_opts)
         if layers["proc"]:
+            # Only the process's own view: its PID directories (and self), none of the host-wide files
+            # (/proc/stat, meminfo, loadavg, vmstat, pressure...), whose counters other pools' tasks move.
             try:
-                mount("proc", "/proc", "proc", MOUNT_FLAGS)
+                mount("proc", "/proc", "proc", MOUNT_FLAGS, PROC_OPTIONS)
             except OSError:
-                pass
+                try:  # a kernel before 5.8 has no subset=pid: the probe reports proc_own_view off
+                    mount("proc", "/proc", "proc", MOUNT_FLAGS)
+                except OSError:
+                    pass
     os.setsid()
     # rpc/exec: 0 stdin=/dev/null, 1 stdout, 2 stderr, 3 requests, 4 replies; a stdin/stdout case: 0 its
     # input, 1 stdout, 2 stderr and nothing else (not the case server's link to the judge).
@@ -1341,6 +1400,8 @@ class Spawner:
                     # seccomp profile) stops the candidates' own mount and IPC namespaces too.
                     layers.update(private_ns=False, proc=False)
                     layers["scratch"] = make_shared_scratch(uids)
+                if layers["own_root"]:
+                    warm_root()  # before seccomp, which refuses fadvise
                 if load_seccomp is not None:
                     load_seccomp()  # inherited by every candidate
                     global CASE_THREADS_FILTER
@@ -2015,21 +2076,42 @@ def judge_stdio(run: Run, task: dict, verdict: Verdict) -> tuple[str, str]:
     order = list(range(n))
     random.SystemRandom().shuffle(order)
     out_of_time = False
+    # Outputs are compared after the last case has ended, so that no case of the task runs after a comparison
+    # and can time it (a comparison's time depends on the expected output); only stop_on_failure, which must
+    # know at once, compares each case as it ends (the next case then learns one bit: the last one passed).
+    # Bounded: past PENDING_OUTPUT bytes held, the held outputs are compared before the next case.
+    pending: list[tuple[int, str, int, bytearray, bytearray]] = []
+    held = 0
+
+    def judge_pending() -> None:
+        nonlocal held
+        for j, ended, status, out, err in pending:
+            verdicts[j], reasons[j] = case_verdict(
+                ended, status, out, err, cases[j][1].encode(), task, verdict
+            )
+            if verdicts[j] != "passed":
+                shown[j] = bytes(out[:CASE_SHOWN]), bytes(err[-CASE_SHOWN:])
+        pending.clear()
+        held = 0
+
     for i in order:
         now = time.monotonic()
         if now >= run.deadline:
             out_of_time = True
             break
         deadline = min(now + task["timeout"], run.deadline)
-        want = cases[i][1].encode()
         ended, status, out, err = run_case(run, cases[i][0].encode(), deadline)
-        verdicts[i], reasons[i] = case_verdict(ended, status, out, err, want, task, verdict)
-        if verdicts[i] == "timeout" and deadline == run.deadline:
+        pending.append((i, ended, status, out, err))
+        held += len(out) + len(err)
+        if ended == "timeout" and deadline == run.deadline:
             out_of_time = True
-        if verdicts[i] != "passed":
-            shown[i] = bytes(out[:CASE_SHOWN]), bytes(err[-CASE_SHOWN:])
-            if task["stop_on_failure"] or out_of_time:
+        if task["stop_on_failure"] or held > PENDING_OUTPUT:
+            judge_pending()
+            if task["stop_on_failure"] and verdicts[i] != "passed":
                 break
+        if out_of_time:
+            break
+    judge_pending()  # within the task's budget: the judge's alarm (total_timeout + ALARM_SLACK) covers it
     passed = verdicts.count("passed")
     if passed == n:
         return "passed", f"{n}/{n} cases passed"
@@ -2304,6 +2386,28 @@ def writable(path):
     return True
 r["scratch_writable"] = writable(".")
 r["root_writable"] = writable("/")
+r["host_counters"] = [p for p in ("stat", "meminfo", "loadavg", "vmstat") if os.path.exists("/proc/" + p)]
+r["proc_self"] = os.path.exists("/proc/self/status")
+def refused(fn):
+    try:
+        fn()
+    except OSError as e:
+        return e.errno == 1
+    return False
+def fadvise():
+    fd = os.open(os.__file__, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+r["fadvise_refused"] = refused(fadvise)
+r["memfd_refused"] = refused(lambda: os.close(os.memfd_create("probe")))
+def own_files():
+    if ctypes.CDLL(None, use_errno=True).unshare(0x400) != 0:
+        raise OSError(ctypes.get_errno(), "unshare")
+r["unshare_files_refused"] = refused(own_files)
+libc.prctl(4, 1, 0, 0, 0)
+r["dumpable_after"] = libc.prctl(3, 0, 0, 0, 0)
 print(json.dumps(r))
 """
 
@@ -2340,6 +2444,12 @@ def probe(spawner, cfg, layers, top):
         "clean_env": set(r["env"]) <= {"PATH", "LANG"},
         "non_dumpable": r["dumpable"] == 0
         and prctl(PR_GET_DUMPABLE) == 0,  # the spawner inherits the judge's
+        # Sandbox v3: no channel between tasks, no memory past the limits, no way back to dumpable.
+        "proc_own_view": r["proc_self"] and r["host_counters"] == [],
+        "page_cache_sealed": r["fadvise_refused"],
+        "no_memfd": r["memfd_refused"],
+        "shared_file_table": r["unshare_files_refused"],  # and a thread must share it: the threads filter
+        "dumpable_locked": r["dumpable_after"] == 0,
     }
 
 

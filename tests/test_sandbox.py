@@ -551,6 +551,11 @@ LAYERS = {
     "seccomp",
     "clean_env",
     "non_dumpable",
+    "proc_own_view",
+    "page_cache_sealed",
+    "no_memfd",
+    "shared_file_table",
+    "dumpable_locked",
 }
 
 

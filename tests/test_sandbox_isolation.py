@@ -441,5 +441,6 @@ def test_degrades_without_cap_sys_admin():
         "pid_namespace",
         "ipc_namespace",
         "scratch_tmpfs",
+        "proc_own_view",  # no mount namespace: the host's /proc, counters and all
     }, out["layers"]
     assert "NOT active" in proc.stderr

@@ -52,7 +52,7 @@ def test_tokens_ignore_layout_and_floats_use_the_tolerance():
     assert "token 3" in compare_output(b"1 2 4", b"1 2 3", "tokens")
     assert compare_output(b"0.3333333\n", b"0.333333333\n") is not None  # exact by default
     assert compare_output(b"0.3333333\n", b"0.333333333\n", float_tol=1e-6) is None
-    assert compare_output(b"1000001.0\n", b"1000000\n", float_tol=1e-6) is None  # relative error
+    assert compare_output(b"1000001.0\n", b"1000000.0\n", float_tol=1e-6) is None  # relative error
     assert compare_output(b"0.34\n", b"0.333333333\n", float_tol=1e-6) is not None
     assert compare_output(b"nan\n", b"nan\n", float_tol=1e-6) is None  # equal tokens are equal
     assert compare_output(b"inf 1\n", b"nan 1\n", float_tol=1e-6) is not None  # words are not numbers
