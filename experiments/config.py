@@ -112,6 +112,9 @@ class ExperimentArgs:
         reward_timeout (`float`, defaults to `3.0`): Seconds per sandboxed test run (per case on stdin/stdout
             problems, all cases within `rewards`' default overall limit of 20 s).
         reward_memory_mb (`int`, defaults to `1024`): Address-space limit per sandboxed run.
+        reward_stdio_tests (`str`, defaults to `"hidden"`): Which cases of a stdin/stdout problem score:
+            "hidden" (those the prompt does not show: CodeContests' private and generated tests, and no case
+            whose input and output the statement shows; a row shown in full is unscorable) or "all".
 
     > Pass@k evaluation (held-out `n_eval` problems)
 
@@ -175,6 +178,10 @@ class ExperimentArgs:
     )
     reward_timeout: float = field(default=3.0, metadata={"help": "Seconds per sandboxed test run."})
     reward_memory_mb: int = field(default=1024, metadata={"help": "Memory limit per sandboxed run (MiB)."})
+    reward_stdio_tests: str = field(
+        default="hidden",
+        metadata={"help": "Stdin/stdout cases that score: hidden (not shown in the prompt) | all."},
+    )
     eval_n: int = field(default=5, metadata={"help": "pass@k samples per problem."})
     eval_ks: list[int] = field(default_factory=lambda: [1, 5], metadata={"help": "The k of pass@k."})
     eval_temperature: float = field(default=0.7, metadata={"help": "pass@k sampling temperature."})
@@ -578,9 +585,8 @@ def _one_line(e: BaseException, fields: Sequence[str] = ()) -> str:
         )
     if "generations per prompt" in first or "divisible by num_generations" in first:
         return f"num_generations: {first}"
-    named = [f for f in fields if re.search(rf"\b{re.escape(f)}\b", first)]
+    named = sorted((f for f in fields if re.search(rf"\b{re.escape(f)}\b", first)), key=first.find)
     if named and not first.startswith(f"{named[0]}:"):
-        named.sort(key=lambda f: first.find(f))
         return f"{named[0]}: {first}"
     return first
 
@@ -674,6 +680,8 @@ def validate(exp: ExperimentArgs, cfg: Any, *, world_size: int | None = None) ->
         raise ConfigError(f"eval_top_p: must be in (0, 1], got {exp.eval_top_p}")
     if exp.reward_timeout <= 0:
         raise ConfigError(f"reward_timeout: must be > 0, got {exp.reward_timeout}")
+    if exp.reward_stdio_tests not in ("hidden", "all"):
+        raise ConfigError(f"reward_stdio_tests: must be 'hidden' or 'all', got {exp.reward_stdio_tests!r}")
     if not exp.reward_funcs:
         raise ConfigError("reward_funcs: needs at least one reward")
     for name in exp.reward_funcs:

@@ -66,7 +66,10 @@ def build_reward_funcs(exp: ExperimentArgs, kind: str = "function") -> list[Any]
                     f"reward_funcs: {name!r} scores a named function, and {kind} problems have none; use "
                     f"{' or '.join(repr(n) for n in BUILTIN[kind])}"
                 )
-            funcs.append(rewards.make_reward(reward, **({} if reward == "format" else sandbox)))
+            options = {} if reward == "format" else dict(sandbox)
+            if kind == "stdio":  # which cases score: those the prompt does not show, by default
+                options["tests"] = exp.reward_stdio_tests
+            funcs.append(rewards.make_reward(reward, **options))
         else:
             funcs.append(import_dotted(name))
     return funcs

@@ -40,7 +40,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sandbox.formats import CODE_CONTESTS_SPLITS, FORMATS, detect_format, format_name, read_tests, task_for
+from sandbox.formats import (
+    CODE_CONTESTS_SPLITS,
+    FORMATS,
+    HIDDEN_SPLITS,
+    TEST_SELECTIONS,
+    detect_format,
+    format_name,
+    hide_shown,
+    read_tests,
+    task_for,
+)
 
 from .extraction import Extraction, completion_text, extract_code, has_implemented_function
 from .metrics import FORGED_EXIT_FLAGS, batch_metrics, emit, status_name
@@ -397,9 +407,14 @@ class StdioTestReward(CodeReward):
     Reads the tests from the dataset's own columns (``sandbox.formats``). Extra args, besides the base
     class's: ``total_timeout`` (seconds for all cases of one completion; ``timeout`` is per case),
     ``format`` (``"apps"``, ``"code_contests"``, ``"verification_info"``; default: from the columns
-    present), ``splits`` (CodeContests test columns to use), ``compare`` (``"lines"`` or ``"tokens"``) and
-    ``float_tol`` (see ``sandbox.verdicts``). The cases run in a random order and stop at the first failure
-    (the verdict is the same, the time is less).
+    present), ``tests`` (``"hidden"``, the default: only the cases the prompt does not show, so that a lookup
+    table of the statement's examples earns nothing; a row whose every case is shown is then unscorable,
+    None; ``"all"``: every case), ``splits`` (CodeContests test columns to use; default ``private_tests`` and
+    ``generated_tests`` for ``"hidden"``, all three for ``"all"``), ``compare`` (``"lines"`` or ``"tokens"``)
+    and ``float_tol`` (see ``sandbox.verdicts``). Logs ``<prefix>/tests_in_prompt_frac``: the share of the
+    batch's rows with cases whose every case the prompt shows (``sandbox.formats.shown_cases``), in either
+    setting. The cases run in a random order and stop at the first failure (the verdict is the same, the time
+    is less).
     """
 
     default_name = "stdio_test_reward"
@@ -412,7 +427,8 @@ class StdioTestReward(CodeReward):
         *,
         total_timeout: float | None = 20.0,
         format: str | None = None,
-        splits: Sequence[str] = CODE_CONTESTS_SPLITS,
+        tests: str = "hidden",
+        splits: Sequence[str] | None = None,
         compare: str = "lines",
         float_tol: float | None = None,
         **config: Any,
@@ -420,18 +436,57 @@ class StdioTestReward(CodeReward):
         super().__init__(name, **config)
         if format is not None:
             format_name(format)  # an unknown name fails here, not at the first batch
+        if tests not in TEST_SELECTIONS:
+            raise ValueError(f"tests must be one of {', '.join(TEST_SELECTIONS)}, got {tests!r}")
         self.total_timeout = total_timeout
         self.format = format
+        self.tests = tests
+        if splits is None:
+            splits = HIDDEN_SPLITS if tests == "hidden" else CODE_CONTESTS_SPLITS
         self.splits = tuple(splits)
+        self._prompts: list[Any] = []  # of the batch being prepared (_prepare is synchronous)
+        self._all_shown: list[bool] = []
         self.compare = compare
         self.float_tol = float_tol
 
     def _row_tests(self, row: dict[str, Any], i: int) -> Any | None:
         tests = {name: value for name, value in row.items() if name != "code_prompt"}
         try:
-            return read_tests(tests, self.format, splits=self.splits)
+            found = read_tests(tests, self.format, splits=self.splits)
         except ValueError as e:
             raise ValueError(f"{self.__name__}, row {i}: {e}") from None
+        if found is None:
+            return None
+        hidden, all_shown = hide_shown(found, self._prompts[i] if i < len(self._prompts) else None)
+        self._all_shown.append(all_shown)
+        return hidden if self.tests == "hidden" else found
+
+    def _prepare(
+        self, prompts: Sequence[Any] | None, completions: Sequence[Any], columns: dict[str, Any]
+    ) -> _Batch:
+        self._prompts = _column(prompts, len(completions), "prompts") if completions is not None else []
+        self._all_shown = []
+        try:
+            batch = super()._prepare(prompts, completions, columns)
+        finally:
+            self._prompts = []
+        batch.all_shown = self._all_shown  # type: ignore[attr-defined]
+        return batch
+
+    def _finish(
+        self,
+        batch: _Batch,
+        results: Sequence[Any],
+        log_metric: Callable[[str, float], Any] | None,
+        log_extra: Callable[[str, list], Any] | None,
+    ) -> RewardList:
+        rewards = super()._finish(batch, results, log_metric, log_extra)
+        shown = getattr(batch, "all_shown", [])
+        # Rows whose tests the prompt shows in full: a researcher sees the lookup-table hack before it pays.
+        extra = {f"{self.metric_prefix}/tests_in_prompt_frac": sum(shown) / len(shown) if shown else 0.0}
+        self.last_metrics.update(extra)
+        emit(extra, log_metric)
+        return rewards
 
     def _code_prompt(self, row: dict[str, Any], prompt: Any) -> str | None:
         cp = row["code_prompt"]  # never the text prompt: a problem statement is not code
@@ -528,7 +583,7 @@ def make_reward(kind: str, name: str | None = None, **config: Any) -> CodeReward
     """A configured reward of ``kind`` (a key of ``REWARDS``), whose ``__name__`` is ``name`` (default
     ``<kind>_reward``); ``config`` are the class's keyword arguments (``timeout``, ``memory_mb``,
     ``n_workers``, ``style``, ``sandbox``; the stdin/stdout rewards also take ``total_timeout``, ``format``,
-    ``splits``, ``compare``, ``float_tol``)."""
+    ``tests``, ``splits``, ``compare``, ``float_tol``)."""
     if kind not in REWARDS:
         raise ValueError(f"unknown reward kind {kind!r}; use one of {', '.join(REWARDS)}")
     return REWARDS[kind](name, **config)

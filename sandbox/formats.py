@@ -21,24 +21,39 @@ The adapter is chosen by the columns present, or named (``format=``):
   ``function_call`` with an ``fn_name`` are call-based.
 
 In every format the model's program is the whole program: nothing of the prompt is prepended. Stdlib only.
+
+Tests the prompt shows. A statement's examples are often tests too (CodeContests' ``public_tests``; many
+APPS/TACO rows hold only the statement's examples), and a program that prints a lookup table of them passes
+those. ``shown_cases(tests, prompt)`` tells which cases appear in the prompt the model saw: a stdin/stdout case
+when its input and its output both appear in it (runs of whitespace read as one space), a call when each of
+its arguments and then its expected value appear in it, written as JSON or as a Python literal; each as
+whole words, the output after the input, whitespace normalized. ``hide_shown`` keeps the others. It errs towards keeping a case: an example the statement rewords is
+kept; a very short case ("1" -> "1") that happens to appear is dropped. The rewards score on the hidden cases by
+default (``HIDDEN_SPLITS`` of CodeContests, and no shown case of any format).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "FORMATS",
+    "HIDDEN_SPLITS",
+    "TEST_SELECTIONS",
     "CallTests",
     "StdioTests",
     "detect_format",
     "format_name",
+    "hide_shown",
     "problem_id",
+    "prompt_text",
     "read_tests",
+    "shown_cases",
     "task_for",
 ]
 
@@ -56,6 +71,8 @@ ALIASES = {
     "primeintellect": "verification_info",
 }
 CODE_CONTESTS_SPLITS = FORMATS["code_contests"]
+HIDDEN_SPLITS = ("private_tests", "generated_tests")  # CodeContests tests the statement does not show
+TEST_SELECTIONS = ("hidden", "all")  # the rewards' ``tests``: cases the prompt does not show, or every case
 ID_COLUMNS = ("task_id", "problem_id", "name", "id")  # the first one present names a problem
 
 
@@ -219,6 +236,97 @@ def read_tests(
             raise ValueError(f"unknown CodeContests splits {unknown}; use {', '.join(CODE_CONTESTS_SPLITS)}")
         return _code_contests(row, splits)
     return _verification_info(row)
+
+
+def prompt_text(prompt: Any) -> str:
+    """The text of a prompt: a string, or a chat (messages whose ``content`` is a string or a list of parts with
+    ``text``), its contents joined."""
+    if isinstance(prompt, str):
+        return prompt
+    parts: list[str] = []
+    if isinstance(prompt, Sequence):
+        for message in prompt:
+            content = message.get("content") if isinstance(message, Mapping) else message
+            if isinstance(content, str):
+                parts.append(content)
+            elif isinstance(content, Sequence):
+                parts += [
+                    p["text"] for p in content if isinstance(p, Mapping) and isinstance(p.get("text"), str)
+                ]
+    return "\n".join(parts)
+
+
+_PUNCT_SPACE = re.compile(r"\s*([^\w\s])\s*")
+
+
+def _norm(text: str) -> str:
+    """Whitespace as a statement varies it: none around punctuation, one space elsewhere."""
+    return " ".join(_PUNCT_SPACE.sub(r"\1", text).split())
+
+
+def _find(text: str, needle: str, start: int = 0) -> int:
+    """Where ``needle`` occurs in ``text`` from ``start`` as whole words (no letter, digit or _ glued to either
+    end: the "0" of "n >= 0" is a word, that of "10" is not); -1 if nowhere."""
+    if not needle:
+        return -1
+    at = text.find(needle, start)
+    while at >= 0:
+        before = text[at - 1] if at else " "
+        after = text[at + len(needle)] if at + len(needle) < len(text) else " "
+        glued = (needle[0].isalnum() or needle[0] == "_") and (before.isalnum() or before == "_")
+        glued |= (needle[-1].isalnum() or needle[-1] == "_") and (after.isalnum() or after == "_")
+        if not glued:
+            return at
+        at = text.find(needle, at + 1)
+    return -1
+
+
+def _spellings(value: Any) -> set[str]:
+    """A call's value as a statement may write it: JSON and the Python literal."""
+    out = {_norm(repr(value))}
+    try:
+        out.add(_norm(json.dumps(value)))
+    except (TypeError, ValueError):
+        pass
+    return out
+
+
+def shown_cases(tests: StdioTests | CallTests, prompt: Any) -> tuple[bool, ...]:
+    """For each case of ``tests``, whether the prompt (a string or chat messages) shows it: its input, then its
+    output after it (a call: each argument, then the expected value after the first), as whole words, with
+    whitespace normalized (``_norm``) on both sides."""
+    text = _norm(prompt_text(prompt))
+    if isinstance(tests, StdioTests):
+        out = []
+        for i, o in tests.cases:
+            at = _find(text, _norm(i))
+            out.append(at >= 0 and _find(text, _norm(o), at + 1) >= 0)
+        return tuple(out)
+
+    def first(value: Any, start: int = 0) -> int:
+        found = [at for at in (_find(text, s, start) for s in _spellings(value)) if at >= 0]
+        return min(found) if found else -1
+
+    def shown(args: tuple[Any, ...], want: Any) -> bool:
+        where = [first(a) for a in args]
+        if any(at < 0 for at in where):
+            return False
+        start = min(where) + 1 if where else 0
+        return first(want, start) >= 0 or (
+            isinstance(want, list) and len(want) == 1 and first(want[0], start) >= 0
+        )
+
+    return tuple(shown(args, want) for args, want in tests.calls)
+
+
+def hide_shown(tests: StdioTests | CallTests, prompt: Any) -> tuple[StdioTests | CallTests | None, bool]:
+    """(the cases the prompt does not show, or None when it shows them all; whether it shows them all)."""
+    shown = shown_cases(tests, prompt)
+    if isinstance(tests, StdioTests):
+        kept = tuple(c for c, s in zip(tests.cases, shown) if not s)
+        return (StdioTests(kept) if kept else None), all(shown)
+    calls = tuple(c for c, s in zip(tests.calls, shown) if not s)
+    return (CallTests(tests.fn_name, calls) if calls else None), all(shown)
 
 
 def problem_id(row: Mapping[str, Any], default: str = "") -> str:

@@ -127,7 +127,7 @@ STDIO = [
     Problem(
         "digit_sum",
         "Print the sum of the decimal digits of n (n >= 0).",
-        ["0\n", "123\n", "99999\n", "1000000\n"],
+        ["123\n", "0\n", "99999\n", "1000000\n"],  # the example (public) fails the wrong program
         lambda s: f"{sum(map(int, s.strip()))}\n",
         "print(sum(map(int, input().strip())))\n",
         "print(sum(map(int, input().strip()[1:])))\n",
