@@ -214,3 +214,23 @@ def test_which_cases_a_prompt_shows():
     calls = CallTests("f", ((([1, 2],), True), (([3],), False)))
     assert shown_cases(calls, "f([1, 2]) -> True") == (True, False)
     assert shown_cases(calls, "f([1,2]) == true") == (True, False)
+
+
+# ---- 5. threads share the process's file table, fs and memory ----------------------------------------------
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="clone's syscall number is x86_64's")
+def test_a_thread_without_its_processs_file_table_is_refused(sb):
+    """A clone that makes a thread (CLONE_THREAD) but not one sharing the file table or fs struct would give it
+    RLIMIT_NOFILE fds of its own, each one more memfd or pipe outside the address space: refused with EPERM
+    before it exists (the raw syscall, stack 0: had it been allowed, the case would have crashed)."""
+    program = (
+        "import ctypes\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "VM, FS, FILES, SIGHAND, THREAD = 0x100, 0x200, 0x400, 0x800, 0x10000\n"
+        "for flags in (VM | FS | SIGHAND | THREAD, VM | FILES | SIGHAND | THREAD):\n"
+        "    libc.syscall.restype = ctypes.c_long\n"
+        "    r = libc.syscall(ctypes.c_long(56), ctypes.c_ulong(flags), 0, 0, 0, 0)\n"
+        "    print(r, ctypes.get_errno())\n"
+    )
+    r = sb.run_stdio(program, [("\n", "-1 1\n-1 1\n")])
+    assert r.passed, r
+    assert sb.layers["shared_file_table"]
