@@ -107,21 +107,24 @@ def test_method_from_command_line_picks_the_config_class(tmp_path: Path, no_mode
 
 
 @pytest.mark.parametrize(
-    ("method", "accepted"), [("ppo", True), ("grpo", False), ("rloo", False), ("reinforce", False)]
-)
+    ("method", "rule"),
+    [("ppo", None), ("vanilla_pg", None), ("reinforce", None), ("reinforce_kl", None), ("grpo", "GRPO requires"),
+     ("rloo", "RLOO requires"), ("reinforce_rloo", "REINFORCE with baseline 'rloo'")],
+)  # fmt: skip
 def test_num_generations_lower_bound_is_the_methods_own(
-    tmp_path: Path, no_model_loads: None, method: str, accepted: bool
+    tmp_path: Path, no_model_loads: None, method: str, rule: str | None
 ) -> None:
-    """One completion per prompt: PPO (its critic is the baseline) takes it; the group-based configs refuse it, in
-    one line naming the key."""
+    """One completion per prompt: PPO (its critic is the baseline) and the REINFORCE methods without a per-prompt
+    baseline (none, batch mean) take it; the group-based ones refuse it, in one line naming the key and their own
+    rule."""
     cfg_file = write(tmp_path, "model: tiny\nnum_generations: 1\nper_device_train_batch_size: 2\n" + CPU)
-    if accepted:
+    if rule is None:
         _, cfg = parse_config([cfg_file, "--method", method])
         assert cfg.num_generations == 1
     else:
-        with pytest.raises(ConfigError, match=r"^num_generations: ") as info:
+        with pytest.raises(ConfigError, match=rf"^num_generations: {rule}") as info:
             parse_config([cfg_file, "--method", method])
-        assert "\n" not in str(info.value)
+        assert "\n" not in str(info.value) and str(info.value).count("num_generations:") == 1
 
 
 @pytest.mark.parametrize(

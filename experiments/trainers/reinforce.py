@@ -175,7 +175,21 @@ class ReinforceConfig(GRPOConfig):
         self.beta = self.kl_coef
         if self.num_iterations != 1:
             raise ValueError(f"REINFORCE is on-policy: num_iterations must be 1; got {self.num_iterations}")
-        super().__post_init__()
+        # GRPOConfig's rule (at least 2 completions per prompt) is for per-prompt baselines; this config's own:
+        # 'none' and 'batch_mean' never group completions by prompt, so they accept 1.
+        requested = self.num_generations
+        if requested is not None and requested < 2:
+            if self.baseline in ("group_mean", "rloo"):
+                raise ValueError(
+                    f"num_generations: REINFORCE with baseline {self.baseline!r} compares the completions of one "
+                    f"prompt, so it needs at least 2 per prompt; got {requested} (vanilla_pg, reinforce and "
+                    "reinforce_kl, whose baselines are 'none' and 'batch_mean', take 1)"
+                )
+            self.num_generations = 2
+        try:
+            super().__post_init__()
+        finally:
+            self.num_generations = requested
 
 
 class ReinforceTrainer(GRPOSeamsMixin, GRPOTrainer):
