@@ -69,8 +69,9 @@ Against a program that wants to harm the host or fake a pass (a model that learn
   shared with every candidate of every pool: seccomp refuses what sets, evicts or reads its state without
   reading the data (fadvise, readahead, mincore, cachestat, remap_file_pages, preadv2/pwritev2 with
   RWF_NOWAIT, madvise other than advice 0-19 on its own pages, and WILLNEED, REMOVE and MERGEABLE among
-  those), and the spawner asks the kernel to cache every file of the root before the first candidate runs,
-  so that a read cannot flip a page from cold to cached either. A candidate's ``/proc`` is mounted
+  those), and the spawner asks the kernel to cache every file of the root (the first 512 MiB: a larger
+  ``readonly_paths`` stays partly cold) before the first candidate runs, so that a read cannot flip a page
+  from cold to cached either. A candidate's ``/proc`` is mounted
   ``subset=pid,hidepid=invisible``: its own processes and nothing host-wide (no ``stat``, ``meminfo``,
   ``loadavg``, ``vmstat``, ``pressure``); ``sysinfo()`` is refused for the same counters.
 * **Host damage.** Each program runs in its own process, never the trainer's, SIGKILLed at a wall-clock

@@ -834,13 +834,16 @@ class RootBuilder:
 DEV_NODES = {"null": (1, 3, 0o666), "zero": (1, 5, 0o666), "urandom": (1, 9, 0o444)}  # urandom: read-only
 PROC_OPTIONS = "subset=pid,hidepid=invisible"  # a candidate's /proc: its own processes only, no host counters
 WARM_SKIP = ("/proc", "/dev", "/tmp")  # not the root's files
+WARM_LIMIT = 512 << 20  # bytes of the root's files warm_root asks for: a large readonly_paths, no more I/O
 
 
 def warm_root() -> None:
     """Ask the kernel to read every file of the candidates' root into the page cache (asynchronous readahead;
     ~10 ms when it is there already). A candidate cannot evict a page (seccomp), so a page that is cached
     stays so whatever it does, and reading a file it thinks cold then tells it nothing about earlier tasks:
-    what is left is the host's own eviction under memory pressure (see the threat model)."""
+    what is left is the host's own eviction under memory pressure, and the files past WARM_LIMIT (see the
+    threat model)."""
+    budget = WARM_LIMIT
     for top, dirs, files in os.walk("/"):
         if top == "/":
             dirs[:] = [d for d in dirs if "/" + d not in WARM_SKIP]
@@ -850,11 +853,14 @@ def warm_root() -> None:
             except OSError:
                 continue
             try:
+                budget -= os.fstat(fd).st_size
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
             except OSError:
                 pass
             finally:
                 os.close(fd)
+            if budget < 0:
+                return
 
 
 def build_root(extra_paths):
