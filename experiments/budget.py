@@ -37,6 +37,7 @@ __all__ = [
     "SampleLog",
     "budget_record",
     "derive_max_steps",
+    "generation_period",
     "generation_shape",
     "prompt_schedule",
 ]
@@ -62,6 +63,19 @@ def generation_shape(cfg: Any) -> dict[str, int]:
         "num_iterations": int(getattr(cfg, "num_iterations", 1) or 1),
         "gradient_accumulation_steps": int(cfg.gradient_accumulation_steps),
     }
+
+
+def generation_period(cfg: Any) -> int:
+    """Optimizer steps from one fresh generation batch to the next in step with the optimizer: a run stopped
+    (checkpointed) at a multiple of it resumes exactly where an uninterrupted run would be. Stopped in between,
+    TRL's trainers would sample that generation batch's prompts again on resume, since the batch they were
+    training on is not saved in the checkpoint."""
+    import math
+
+    shape = generation_shape(cfg)
+    micro = shape["steps_per_generation"] * shape["num_iterations"]  # micro-batches per generation batch
+    accumulation = shape["gradient_accumulation_steps"]
+    return math.lcm(micro, accumulation) // accumulation
 
 
 def derive_max_steps(budget_prompts: int, cfg: Any) -> int:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.compare import REPO_ROOT, child_env, compare
+from experiments.compare import REPO_ROOT, ComparisonInterrupted, child_env, compare
 from experiments.config import (
     ExperimentArgs,
     check_types,
@@ -428,11 +428,42 @@ def cmd_compare(argv: Sequence[str]) -> int:
     bad = [s for s in seeds if not s.lstrip("-").isdigit()]
     if bad:
         raise CliError(f"--seeds: {bad[0]!r} is not an integer")
-    report = compare(str(config_path(configs[0])), out, methods=parse_methods(opts["methods"]), seed=opts["seed"],
-                     seeds=seeds, overrides=overrides, in_process=opts["in_process"], verbose=opts["verbose"],
-                     jobs=opts["jobs"])  # fmt: skip
+    try:
+        report = compare(str(config_path(configs[0])), out, methods=parse_methods(opts["methods"]), seed=opts["seed"],
+                         seeds=seeds, overrides=overrides, in_process=opts["in_process"], verbose=opts["verbose"],
+                         jobs=opts["jobs"])  # fmt: skip
+    except ComparisonInterrupted as stopped:
+        print(compare_interrupted_message("compare", argv, out, stopped), file=sys.stderr)
+        return 130
     print(f"passk: report written to {report}")
     return 0
+
+
+def _without(args: Sequence[str], *names: str) -> list[str]:
+    """args without `--name`, `--name=value` and `--name value` for each name (a bool flag may come bare)."""
+    out: list[str] = []
+    skip = False
+    for i, a in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        name = a[2:].split("=", 1)[0] if a.startswith("--") else None
+        if name in names:
+            following = args[i + 1] if i + 1 < len(args) else "--"
+            skip = "=" not in a and not following.startswith("--")
+            continue
+        out.append(a)
+    return out
+
+
+def compare_interrupted_message(command: str, argv: Sequence[str], out: Path, stopped: Any) -> str:
+    """After Ctrl-C in `passk compare` / `passk demo`: which runs finished, where the others stand, and the command
+    that continues the comparison (finished runs kept, the others resumed from their checkpoint or started again)."""
+    kept = _without(argv, "overwrite", "resume", "out")
+    again = ["passk", command, *kept, "--out", str(out), "--resume", "true"]
+    done = ", ".join(stopped.done) or "none"
+    return (f"passk {command}: interrupted; finished: {done}; not finished: {', '.join(stopped.left) or 'none'}; "
+            f"continue with: {shlex.join(again)}")  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------------ demo
@@ -465,9 +496,13 @@ def cmd_demo(argv: Sequence[str]) -> int:
     if exp.warm_start_steps:
         print(f"passk demo: warm start ({exp.warm_start_steps} SFT steps, cached)", flush=True)
         warm_started_model(base, exp.warm_start_steps, seed=exp.split_seed)
-    report = compare(
-        config, out, methods=methods, overrides=args, in_process=in_process, verbose=verbose, jobs=jobs
-    )
+    try:
+        report = compare(
+            config, out, methods=methods, overrides=args, in_process=in_process, verbose=verbose, jobs=jobs
+        )
+    except ComparisonInterrupted as stopped:
+        print(compare_interrupted_message("demo", argv, out, stopped), file=sys.stderr)
+        return 130
     print(f"passk demo: {len(methods)} methods in {time.time() - t0:.0f}s")
     print(f"passk demo: report: {report}")
     return 0

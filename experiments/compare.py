@@ -14,11 +14,12 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from experiments.config import overrides_for, parse_config
 from experiments.errors import CliError, ConfigError
 
-__all__ = ["REPO_ROOT", "child_env", "compare"]
+__all__ = ["REPO_ROOT", "ComparisonInterrupted", "child_env", "compare"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,6 +32,31 @@ def child_env() -> dict[str, str]:
     # Children import experiments/rewards/sandbox from this checkout even without `pip install -e .`.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     return env
+
+
+class ComparisonInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `compare`: `done` names the runs that finished, `left` the others (each with where it stands)."""
+
+    def __init__(self, done: Sequence[str], left: Sequence[str]) -> None:
+        super().__init__()
+        self.done, self.left = list(done), list(left)
+
+
+def _resume_plan(exp: Any, cfg: Any, argv: list[str]) -> tuple[str, list[str]]:
+    """With `--resume true`, what a run of the comparison does: ("finished", argv) when its run.json says it trained
+    its budget (it is kept, not run: a finished run has nothing to resume), ("resume", argv) from its last whole
+    checkpoint, else ("start", argv without --resume): no checkpoint was saved (never started, or stopped before
+    its first save), so it starts again."""
+    from experiments.config import drop_flags
+    from experiments.train import finished_run, last_checkpoint
+
+    out = Path(cfg.output_dir)
+    if finished_run(out, cfg.max_steps):
+        return "finished", argv
+    if last_checkpoint(out) is not None:
+        return "resume", argv
+    argv = drop_flags(argv, {"resume": True})
+    return "start", argv + (["--overwrite", "true"] if out.is_dir() else [])
 
 
 def _summary(run_dir: Path) -> str:
@@ -92,6 +118,7 @@ def compare(
             raise ConfigError(f"{key}: none of {', '.join(methods)} has this option")
     runs: list[tuple[str, Path, list[str]]] = []  # (name, run dir, argv)
     steps: dict[str, int] = {}
+    plans: dict[str, str] = {}
     for run_seed in seed_list:
         for method in methods:
             name = f"{method}-seed{run_seed}" if len(seed_list) > 1 else method
@@ -107,6 +134,8 @@ def compare(
             ]
             exp, cfg = parse_config(argv)
             check_output_dir(exp, cfg)  # fail before any run
+            if exp.resume:
+                plans[name], argv = _resume_plan(exp, cfg, argv)
             runs.append((name, out / name, argv))
             steps[name] = cfg.max_steps
     for key, lacking in not_in.items():
@@ -116,21 +145,51 @@ def compare(
         )
     out.mkdir(parents=True, exist_ok=True)
     heads = {name: f"passk compare [{i}/{len(runs)}] {name}" for i, (name, _, _) in enumerate(runs, 1)}
-    if in_process:
-        from experiments.train import run
+    todo = []
+    for name, run_dir, argv in runs:
+        if plans.get(name) == "finished":
+            print(f"{heads[name]}: finished earlier, kept ({_summary(run_dir)})", flush=True)
+        else:
+            if name in plans:
+                what = {
+                    "resume": "resuming from its last checkpoint",
+                    "start": "no checkpoint: starting it again",
+                }
 
-        for name, run_dir, argv in runs:
-            print(f"{heads[name]} -> {run_dir}", flush=True)
-            t0 = time.time()
-            run(*parse_config(argv))
-            print(f"{heads[name]}: {_summary(run_dir)} ({time.time() - t0:.0f}s)", flush=True)
-    else:
-        # Longest first (most optimizer steps: PPO), so that with several jobs no core idles at the end.
-        by_cost = sorted(runs, key=lambda r: -steps[r[0]]) if jobs > 1 and not verbose else runs
-        _run_processes(by_cost, heads, out / "logs", jobs=1 if verbose else jobs, verbose=verbose)
+                print(f"{heads[name]}: {what[plans[name]]}", flush=True)
+            todo.append((name, run_dir, argv))
+    try:
+        if in_process:
+            from experiments.train import run
+
+            for name, run_dir, argv in todo:
+                print(f"{heads[name]} -> {run_dir}", flush=True)
+                t0 = time.time()
+                run(*parse_config(argv))
+                print(f"{heads[name]}: {_summary(run_dir)} ({time.time() - t0:.0f}s)", flush=True)
+        else:
+            # Longest first (most optimizer steps: PPO), so that with several jobs no core idles at the end.
+            by_cost = sorted(todo, key=lambda r: -steps[r[0]]) if jobs > 1 and not verbose else todo
+            _run_processes(by_cost, heads, out / "logs", jobs=1 if verbose else jobs, verbose=verbose)
+    except KeyboardInterrupt:
+        raise _interrupted(runs) from None
     from experiments.report import write_report
 
     return Path(write_report([run_dir for _, run_dir, _ in runs], out))
+
+
+def _interrupted(runs: Sequence[tuple[str, Path, list[str]]]) -> ComparisonInterrupted:
+    from experiments.config import parse_config
+    from experiments.train import finished_run, last_checkpoint
+
+    done, left = [], []
+    for name, run_dir, argv in runs:
+        if finished_run(run_dir, parse_config(argv)[1].max_steps):
+            done.append(name)
+        else:
+            last = last_checkpoint(run_dir)
+            left.append(f"{name} ({'at ' + Path(last).name if last else 'no checkpoint: starts again'})")
+    return ComparisonInterrupted(done, left)
 
 
 def _run_processes(runs: Sequence[tuple[str, Path, list[str]]], heads: dict[str, str], logs: Path, *, jobs: int,

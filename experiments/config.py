@@ -752,6 +752,15 @@ def check_output_dir(exp: ExperimentArgs, cfg: Any) -> None:
     held = sorted(p.name for p in out.iterdir())
     if held:
         shown = ", ".join(held[:3]) + (", ..." if len(held) > 3 else "")
+        # --resume continues from a whole checkpoint (trainer_state.json written last) or finds the run finished.
+        resumable = (out / "run.json").is_file() or any(
+            (p / "trainer_state.json").is_file() for p in out.glob("checkpoint-*")
+        )
+        if not resumable:
+            raise ConfigError(
+                f"output_dir: {out} already holds files ({shown}) of a run that saved no checkpoint, so --resume "
+                "cannot continue it; pass --overwrite to start it again, or another --output_dir"
+            )
         raise ConfigError(
             f"output_dir: {out} already holds files ({shown}); pass --overwrite to replace them, "
             "--resume true to continue that run, or another --output_dir"

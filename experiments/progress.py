@@ -34,6 +34,8 @@ PROGRESS_FD_ENV = "PASSK_PROGRESS_FD"
 # Set by the parent when its console is a terminal: the child then sends every update (a line each, at most
 # every `min_interval` s), which the parent redraws in place; else a line per tenth of the run.
 PROGRESS_LIVE_ENV = "PASSK_PROGRESS_LIVE"
+# After Ctrl-C, how long a child may take to finish its step and save its checkpoint.
+INTERRUPT_GRACE_S = 300.0
 
 
 def format_duration(seconds: float) -> str:
@@ -310,11 +312,23 @@ def run_children(
                     sel.unregister(run.read_fd)
                     run.stop()
                 running.clear()
+    except KeyboardInterrupt:
+        # Ctrl-C reaches this process alone (each child has its own process group): pass it on once, so that each
+        # run stops at the end of its step and saves a checkpoint there; a second Ctrl-C stops them at once.
+        for run in running:
+            run.interrupt()
+        try:
+            for run in running:
+                run.stop(grace=INTERRUPT_GRACE_S)
+        except KeyboardInterrupt:
+            for run in running:
+                run.interrupt()
+                run.stop(grace=10.0)
+        running.clear()
+        raise
     finally:
-        for (
-            run
-        ) in running:  # interrupted (Ctrl-C): the children got it too; let them write where they stopped
-            run.stop(grace=10.0)
+        for run in running:  # left by another error: stop them
+            run.stop()
         sel.close()
     return list(children)
 
@@ -327,6 +341,7 @@ class _Running:
     log: IO[str] | None
     t0: float
     buffer: bytes = b""
+    closed: bool = False
 
     @classmethod
     def start(cls, child: Child, live: bool) -> _Running:
@@ -338,7 +353,8 @@ class _Running:
         log = open(child.log, "w") if child.log else None  # noqa: SIM115 (closed when the child ends)
         out: dict[str, Any] = {"stdout": log, "stderr": subprocess.STDOUT} if log else {}
         try:
-            proc = subprocess.Popen(list(child.cmd), env=env, pass_fds=(write,), **out)
+            # Its own process group: a terminal's Ctrl-C goes to the parent, which passes one on (run_children).
+            proc = subprocess.Popen(list(child.cmd), env=env, pass_fds=(write,), process_group=0, **out)
         except BaseException:
             os.close(read)
             if log:
@@ -369,6 +385,13 @@ class _Running:
         if self.log:
             self.log.close()
 
+    def interrupt(self) -> None:
+        """Send the child SIGINT, as Ctrl-C would (this call started it, so by its own handle)."""
+        import signal
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+
     def stop(self, grace: float = 0.0) -> None:
         """End the child (this call started it, so by its own handle), after `grace` seconds to end by itself."""
         try:
@@ -377,6 +400,8 @@ class _Running:
             self.proc.terminate()
             self.proc.wait()
         self.child.returncode = None
-        os.close(self.read_fd)
-        if self.log:
-            self.log.close()
+        if not self.closed:
+            self.closed = True
+            os.close(self.read_fd)
+            if self.log:
+                self.log.close()

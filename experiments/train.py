@@ -177,7 +177,8 @@ def find_resume_checkpoint(exp: ExperimentArgs, cfg: Any) -> str | None:
     last = last_checkpoint(out)
     if last is None:
         raise ConfigError(
-            f"resume: no checkpoint-* folder saved whole (with its trainer_state.json) in output_dir {out}"
+            f"resume: no checkpoint-* folder saved whole (with its trainer_state.json) in output_dir {out}; "
+            "pass --overwrite to start that run again"
         )
     return last
 
@@ -209,43 +210,109 @@ class TiedWeightsLoaded(logging.Filter):
         return not (missing and set(missing) <= self.tied)
 
 
+def _at_generation_end(state: Any, period: int) -> bool:
+    return state.global_step % period == 0 or state.global_step >= state.max_steps
+
+
+def save_at_generation_ends(period: int) -> Any:
+    """A TrainerCallback that moves each `save_steps` checkpoint to the next end of a generation batch
+    (`experiments.budget.generation_period`), so that a run resumed from any checkpoint samples exactly the prompts
+    an uninterrupted run would (TRL does not save the generation batch it is training on, and would sample it
+    again). With one optimizer step per generation batch (GRPO, REINFORCE) nothing moves."""
+    from transformers import TrainerCallback
+
+    class SaveAtGenerationEnd(TrainerCallback):
+        deferred = False
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if _at_generation_end(state, period):
+                control.should_save = control.should_save or self.deferred
+                self.deferred = False
+            elif control.should_save:
+                control.should_save, self.deferred = False, True
+
+    return SaveAtGenerationEnd()
+
+
 @contextlib.contextmanager
-def stop_at_step_end_on_ctrl_c(trainer: Any) -> Iterator[None]:
-    """While training, the first Ctrl-C stops the run at the end of the current optimizer step, raised there as
-    KeyboardInterrupt by a callback; a second one stops it at once. Raised wherever SIGINT happened to land, a
-    Ctrl-C was once lost on a loaded machine and the run went on to its last step: Python drops an exception raised
-    inside a finalizer or a weakref callback."""
+def stop_at_step_end_on_ctrl_c(trainer: Any, period: int = 1) -> Iterator[Any]:
+    """While training, the first Ctrl-C stops the run at the end of the current generation batch (the current
+    optimizer step, unless one generation batch feeds several: PPO's epochs, `steps_per_generation`) and saves a
+    checkpoint there, so that `--resume true` loses nothing and samples what an uninterrupted run would; a second
+    one stops it at once. The yielded callback's `stopped` says whether training ended so (the caller then raises
+    KeyboardInterrupt). Only a flag is set in the handler: raised wherever SIGINT happened to land, a Ctrl-C was
+    once lost on a loaded machine (Python drops an exception raised inside a finalizer or a weakref callback)."""
     import signal
     import threading
 
     from transformers import TrainerCallback
 
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
-        yield
-        return
+    class StopAtGenerationEnd(TrainerCallback):
+        stopped = False
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            asked = pending.is_set()
+            # Every rank stops at the same step, or the save would hang.
+            if trainer.accelerator.num_processes > 1:
+                import torch
+
+                flag = torch.tensor(float(asked), device=trainer.accelerator.device)
+                asked = bool(trainer.accelerator.reduce(flag, reduction="sum").item() > 0)
+            if asked and _at_generation_end(state, period):
+                control.should_save = control.should_training_stop = self.stopped = True
+
     pending = threading.Event()
+    callback = StopAtGenerationEnd()
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield callback
+        return
 
     def on_sigint(signum: int, frame: Any) -> None:
         if pending.is_set():
             raise KeyboardInterrupt
         pending.set()
+        step, total = trainer.state.global_step + 1, trainer.state.max_steps  # the step in progress
+        stop = min(-(-step // period) * period, total) if total else step
         print(
-            "passk: Ctrl-C: stopping at the end of this step (Ctrl-C again: now)", file=sys.stderr, flush=True
+            f"passk: Ctrl-C: stopping at the end of step {stop} and saving a checkpoint there (Ctrl-C again: now)",
+            file=sys.stderr,
+            flush=True,
         )
 
-    class StopAtStepEnd(TrainerCallback):
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            if pending.is_set():
-                raise KeyboardInterrupt
-
-    callback = StopAtStepEnd()
     trainer.add_callback(callback)
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        yield
+        yield callback
     finally:
         signal.signal(signal.SIGINT, previous)
         trainer.remove_callback(callback)
+
+
+def _saved_step(checkpoint: str) -> int:
+    """The optimizer step a whole checkpoint was saved at (its trainer_state.json)."""
+    from transformers.trainer import TRAINER_STATE_NAME
+
+    return int(json.loads((Path(checkpoint) / TRAINER_STATE_NAME).read_text()).get("global_step", 0))
+
+
+def finished_run(out: str | os.PathLike, max_steps: int) -> bool:
+    """Whether `out` holds a run that trained its `max_steps` to the end (its run.json, written last, says so)."""
+    try:
+        record = json.loads((Path(out) / "run.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return int(record.get("global_step") or 0) >= max_steps > 0
+
+
+def _check_resume_point(resume_from: str, cfg: Any) -> int:
+    """The checkpoint's step, refused when it lies past this run's max_steps (a smaller budget than it ran)."""
+    step = _saved_step(resume_from)
+    if cfg.max_steps > 0 and step > cfg.max_steps:
+        raise ConfigError(
+            f"resume: {resume_from} is at step {step}, past this run's max_steps {cfg.max_steps}; resume with the "
+            "budget it was started with (budget_prompts), or pass --overwrite to start again"
+        )
+    return step
 
 
 def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
@@ -265,7 +332,17 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
     state = PartialState()
     out = Path(cfg.output_dir)
     check_output_dir(exp, cfg)  # an earlier run's files: refused unless overwrite or resume
+    if exp.resume and finished_run(out, cfg.max_steps):
+        # Nothing to train: TRL's own resume of a finished run would take one more step (its loop checks
+        # max_steps only after a step), sampling past the budget.
+        if state.is_main_process:
+            print(
+                f"passk: {out} already trained its {cfg.max_steps} steps (run.json): nothing to resume",
+                flush=True,
+            )
+        return out
     resume_from = find_resume_checkpoint(exp, cfg)
+    resume_step = _check_resume_point(resume_from, cfg) if resume_from else 0
 
     # Everything that can fail on a bad value, before any model is loaded.
     spec = method_spec(exp.method or "")
@@ -327,20 +404,36 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
         peft_config=peft_config,
         callbacks=callbacks,
     )
-    from experiments.budget import CHECKPOINT_SAMPLES_FILE, SAMPLES_FILE, SampleLog
+    from experiments.budget import CHECKPOINT_SAMPLES_FILE, SAMPLES_FILE, SampleLog, generation_period
 
     previous = SampleLog.read(Path(resume_from) / CHECKPOINT_SAMPLES_FILE) if resume_from else []
     samples = SampleLog(trainer, previous)
     trainer.add_callback(samples.checkpoint_callback())
+    period = generation_period(cfg)
+    trainer.add_callback(save_at_generation_ends(period))
     attach(trainer, label)  # one live line on the console: step, reward, ETA
     tied = TiedWeightsLoaded(trainer.accelerator.unwrap_model(trainer.model))
     logging.getLogger("transformers.trainer").addFilter(tied)
     t_train = time.time()
-    try:
-        with stop_at_step_end_on_ctrl_c(trainer):
-            train_output = trainer.train(resume_from_checkpoint=resume_from)
-    finally:
+    if resume_from and cfg.max_steps > 0 and resume_step >= cfg.max_steps:
+        # Trained to the end, stopped before run.json (Ctrl-C in the last step or in eval_after): finish the run
+        # from the checkpoint without trainer.train, which would take one step past max_steps.
+        from transformers.trainer import TRAINER_STATE_NAME
+        from transformers.trainer_callback import TrainerState
+        from transformers.trainer_utils import TrainOutput
+
+        trainer._load_from_checkpoint(resume_from)
+        trainer.state = TrainerState.load_from_json(str(Path(resume_from) / TRAINER_STATE_NAME))
+        train_output = TrainOutput(trainer.state.global_step, 0.0, {})
         logging.getLogger("transformers.trainer").removeFilter(tied)
+    else:
+        try:
+            with stop_at_step_end_on_ctrl_c(trainer, period) as ctrl_c:
+                train_output = trainer.train(resume_from_checkpoint=resume_from)
+        finally:
+            logging.getLogger("transformers.trainer").removeFilter(tied)
+        if ctrl_c.stopped:  # the checkpoint is saved; the caller says how to resume
+            raise KeyboardInterrupt
     train_seconds = time.time() - t_train
     # trainer_state.json in output_dir (the report reads its log_history), also when save_strategy is "no".
     trainer.save_state()

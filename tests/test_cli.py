@@ -379,12 +379,16 @@ def test_ctrl_c_says_where_the_last_checkpoint_is_and_its_resume_command_resumes
     assert proc.returncode == 130, stdout[-2000:] + stderr[-2000:]
     assert "Traceback" not in stderr
     # The first Ctrl-C only sets a flag, honoured at the step's end: never raised inside a finalizer that ignores it.
-    assert "passk: Ctrl-C: stopping at the end of this step" in stderr
+    stop = re.search(
+        r"passk: Ctrl-C: stopping at the end of step (\d+) and saving a checkpoint there", stderr
+    )
+    assert stop, stderr[-2000:]
     last = stderr.strip().splitlines()[-1]
     match = re.fullmatch(r"passk: interrupted; last checkpoint: (.+); resume with: (.+)", last)
     assert match, last
     checkpoint, command = Path(match.group(1)), shlex.split(match.group(2))
     assert checkpoint.parent == out and checkpoint.is_dir() and checkpoint.name != "checkpoint-8"
+    assert checkpoint.name == f"checkpoint-{stop.group(1)}"  # saved where it stopped
     assert command == ["passk", *args, "--resume", "true"]
 
     resumed = subprocess.run([sys.executable, "-m", "experiments.cli", *command[1:]], cwd=tmp_path,

@@ -400,6 +400,13 @@ def test_an_output_dir_that_holds_a_run_is_refused_unless_overwritten_or_resumed
     check_output_dir(exp, cfg)  # absent: fine
     out.mkdir()
     check_output_dir(exp, cfg)  # empty: fine
+    (out / "eval_before.json").write_text("{}")  # stopped before its first checkpoint: --resume cannot help
+    with pytest.raises(ConfigError) as err:
+        check_output_dir(exp, cfg)
+    assert str(err.value) == (f"output_dir: {out} already holds files (eval_before.json) of a run that saved no "
+                              "checkpoint, so --resume cannot continue it; pass --overwrite to start it again, or "
+                              "another --output_dir")  # fmt: skip
+    (out / "eval_before.json").unlink()
     (out / "run.json").write_text("{}")
     (out / "checkpoint-40").mkdir()
     with pytest.raises(ConfigError) as err:

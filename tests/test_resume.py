@@ -75,7 +75,20 @@ def test_resume_matches_an_uninterrupted_run(
 
     run = json.loads((resumed / "run.json").read_text())
     assert run["resumed_from"].endswith("checkpoint-2") and run["global_step"] == 3
-    assert 0 < n_resumed < n_straight, (n_resumed, n_straight)  # only step 3 was generated after resuming
+    # Only what step 3 needs is generated after resuming: a new rollout if one starts there, else none (PPO's
+    # first rollout spans all 3 steps and comes back from the checkpoint).
+    from experiments.config import parse_config
+
+    _, cfg = parse_config(_argv(method, warm_task_model, straight, "--max_steps", "3"))
+    rollout_steps = (
+        cfg.steps_per_generation * getattr(cfg, "num_iterations", 1) // cfg.gradient_accumulation_steps
+    )
+    assert n_resumed == (1 if 2 % rollout_steps == 0 else 0) and n_resumed < n_straight, (
+        n_resumed,
+        n_straight,
+    )
+    if method == "ppo":
+        assert (resumed / "checkpoint-2" / "passk_rollout_rank0.pt").is_file()
     # The sample count carries over from the checkpoint: the resumed run sampled what the straight one did.
     straight_budget = json.loads((straight / "run.json").read_text())["budget"]
     for key in ("fresh_prompts", "fresh_completions", "tokens_generated", "prompt_sequence_sha256"):
@@ -119,3 +132,126 @@ def test_a_checkpoint_whose_save_was_cut_short_is_never_resumed_from(tmp_path: P
     exp, cfg = parse_config(_argv("grpo", "/nonexistent-model", out, "--resume", "true"))
     assert find_resume_checkpoint(exp, cfg) == str(out / "checkpoint-2")
     assert f"last checkpoint: {out / 'checkpoint-2'};" in interrupted_message(["cpu"], cfg)
+
+
+# ---------------------------------------------------------------------------------- resume through passk compare
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _passk(args: list[str], cache: Path, cwd: Path, **kwargs):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PASSK_CACHE=str(cache), OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    cmd = [sys.executable, "-m", "experiments.cli", *args]
+    if kwargs.pop("background", False):
+        return subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, **kwargs)
+
+
+def test_a_resumed_comparison_keeps_finished_runs_and_the_budget(
+    tmp_path: Path, passk_cache: Path, tiny_model_dir: Path
+) -> None:
+    """`passk compare ... --resume true` after a complete comparison trains nothing more: TRL's own resume of a
+    finished run takes one step past max_steps, sampling past the budget. A run that trained to the end but lost
+    its run.json (stopped in eval_after) is finished from its last checkpoint, without a step more."""
+    out = tmp_path / "cmp"
+    args = ["compare", "cpu", "--methods", "grpo,reinforce", "--model", str(tiny_model_dir), "--budget_prompts", "4",
+            "--save_steps", "2", "--n_eval", "2", "--out", str(out)]  # fmt: skip
+    first = _passk(args, passk_cache, tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    kept = (out / "reinforce" / "run.json").read_bytes()
+    (out / "grpo" / "run.json").unlink()  # as if stopped while evaluating the trained model
+    (out / "grpo" / "eval_after.json").unlink()
+
+    again = _passk([*args, "--resume", "true"], passk_cache, tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    console = again.stdout + again.stderr
+    assert "passk compare [2/2] reinforce: finished earlier, kept" in console, console
+    assert "passk compare [1/2] grpo: resuming from its last checkpoint" in console, console
+    assert (out / "reinforce" / "run.json").read_bytes() == kept  # not run again
+    grpo = json.loads((out / "grpo" / "run.json").read_text())
+    assert grpo["global_step"] == 4 and grpo["resumed_from"].endswith("checkpoint-4")
+    assert (grpo["budget"]["fresh_prompts"], grpo["budget"]["generation_batches"]) == (4, 4)
+    report = json.loads((out / "report.json").read_text())
+    assert [(r["method"], r["fresh_prompts"], r["optimizer_steps"]) for r in report["runs"]] == [
+        ("grpo", 4, 4), ("reinforce", 4, 4)
+    ]  # fmt: skip
+
+    # The same with passk train: a finished run resumes to nothing and says so.
+    train = _passk(["train", "cpu", "--method", "reinforce", "--model", str(tiny_model_dir), "--budget_prompts", "4",
+                    "--output_dir", str(out / "reinforce"), "--resume", "true"], passk_cache, tmp_path)  # fmt: skip
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert "already trained its 4 steps (run.json): nothing to resume" in train.stdout
+    assert (out / "reinforce" / "run.json").read_bytes() == kept
+
+
+COUNTING_SLOW_REWARD = """
+import time
+from pathlib import Path
+
+
+def reward(completions, **kwargs):
+    with open(Path(__file__).with_name("calls"), "a") as f:
+        f.write("x")
+    time.sleep(1.0)  # long enough a step to be interrupted in
+    return [0.0] * len(completions)
+"""
+
+
+def test_ctrl_c_in_a_comparison_saves_a_checkpoint_and_its_continue_command_finishes_on_budget(
+    tmp_path: Path, passk_cache: Path, tiny_model_dir: Path
+) -> None:
+    """Ctrl-C in `passk compare` (no save_steps checkpoint yet): the running run stops at the end of its generation
+    batch (two optimizer steps each here) and saves a checkpoint there; the console names the command that
+    continues; that command resumes it from that checkpoint, starts the run that never began, and every run samples
+    its budget exactly."""
+    import re
+    import shlex
+    import signal
+    import time
+
+    (tmp_path / "slow_reward.py").write_text(COUNTING_SLOW_REWARD)
+    out = tmp_path / "cmp"
+    args = ["compare", "cpu", "--methods", "grpo,reinforce", "--model", str(tiny_model_dir), "--budget_prompts", "8",
+            "--steps_per_generation", "2", "--save_steps", "100", "--n_eval", "0", "--reward_funcs",
+            "slow_reward.py:reward", "--out", str(out)]  # fmt: skip
+    proc = _passk(args, passk_cache, tmp_path, background=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not ((tmp_path / "calls").is_file() and len((tmp_path / "calls").read_text()) >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, "the run did not start"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends (the runs have process groups of their own)
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stdout[-2000:] + stderr[-2000:]
+    last = stderr.strip().splitlines()[-1]
+    match = re.fullmatch(
+        r"passk compare: interrupted; finished: none; not finished: grpo \(at (checkpoint-\d+)\), "
+        r"reinforce \(no checkpoint: starts again\); continue with: (.+)",
+        last,
+    )
+    assert match, last
+    step = int(match.group(1).split("-")[1])
+    assert 2 <= step < 8 and step % 2 == 0, step  # at the end of a generation batch
+    command = shlex.split(match.group(2))
+    assert command == ["passk", *args[:-2], "--out", str(out), "--resume", "true"]
+
+    resumed = _passk(command[1:], passk_cache, tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    grpo = json.loads((out / "grpo" / "run.json").read_text())
+    assert grpo["resumed_from"] == str(out / "grpo" / f"checkpoint-{step}") and grpo["global_step"] == 8
+    sampled = [
+        json.loads(line)["step"] for line in (out / "grpo" / "sampled_prompts.jsonl").read_text().splitlines()
+    ]
+    assert sampled == [0, 2, 4, 6]  # each generation batch once: nothing sampled twice across the stop
+    report = json.loads((out / "report.json").read_text())
+    assert [(r["method"], r["fresh_prompts"]) for r in report["runs"]] == [("grpo", 8), ("reinforce", 8)]
