@@ -46,6 +46,7 @@ from experiments.config import (
     method_spec,
     overrides_for,
     parse_config,
+    rename_trl_flags,
     split_config_argv,
     trl_parser_cls,
 )
@@ -256,6 +257,7 @@ def cmd_eval(argv: Sequence[str]) -> int:
               "Keys: the data and eval_* keys of ExperimentArgs, plus out, seed, device, dtype, split.")  # fmt: skip
         return 0
     model = args.pop(0)
+    args = rename_trl_flags(args)
     config = _pop_flag(args, "config")
     parser = trl_parser_cls()((ExperimentArgs, EvalArgs), allow_abbrev=False)
     record = None if config else _run_record_of(model)

@@ -288,6 +288,32 @@ def split_config_argv(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     return None, args
 
 
+# TRL's script names (`trl grpo --model_name_or_path ... --dataset_name ...`) for passk's keys: accepted on the
+# command line and in a YAML file, as the key they stand for.
+TRL_ALIASES: dict[str, str] = {"model_name_or_path": "model", "dataset_name": "dataset"}
+
+
+def rename_trl_flags(args: Sequence[str]) -> list[str]:
+    """args with TRL's `--model_name_or_path` / `--dataset_name` (also `--flag=value`) as passk's `--model` /
+    `--dataset` (`TRL_ALIASES`)."""
+    out = []
+    for a in args:
+        name, eq, value = a[2:].partition("=") if a.startswith("--") else ("", "", "")
+        out.append(f"--{TRL_ALIASES[name]}{eq}{value}" if name in TRL_ALIASES else a)
+    return out
+
+
+def _rename_trl_keys(data: dict[str, Any], source: str) -> dict[str, Any]:
+    for alias, key in TRL_ALIASES.items():
+        if alias in data:
+            if key in data:
+                raise ConfigError(
+                    f"{alias}: TRL's name for {key}, which {source} also sets; keep one of them"
+                )
+            data[key] = data.pop(alias)
+    return data
+
+
 def cli_value(args: Sequence[str], key: str) -> str | None:
     """The value of `--key value` / `--key=value` in args, or None."""
     for i, a in enumerate(args):
@@ -456,10 +482,11 @@ def parse_config(
 
     args = list(sys.argv[1:] if argv is None else argv)
     path, cli = split_config_argv(args)
+    cli = rename_trl_flags(cli)
     if config is not None:
         path = os.fspath(config)
     source = path or "the command line"
-    data = load_yaml(path) if path else {}
+    data = _rename_trl_keys(load_yaml(path), source) if path else {}
     env = data.pop("env", None)
     if env is not None:
         if not isinstance(env, dict):

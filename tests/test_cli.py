@@ -51,6 +51,35 @@ def test_check_prints_the_resolved_config_and_loads_nothing(capsys: pytest.Captu
     assert "nothing was loaded" in out and "# grpo hyperparameters (METHODS): beta=0.04" in out
 
 
+def test_trls_own_flag_names_are_aliases_of_passks_keys(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--model_name_or_path` and `--dataset_name`, as `trl grpo` takes them, set passk's `model` and `dataset`, on
+    the command line (also `--flag=value`) and in a YAML file."""
+    from experiments.cli import main
+
+    argv = [
+        "train",
+        "cpu",
+        "--method",
+        "grpo",
+        "--model_name_or_path",
+        "smollm2",
+        "--dataset_name=learnable",
+        "--check",
+    ]
+    assert main(argv) == 0
+    resolved = yaml.safe_load(capsys.readouterr().out)
+    assert (resolved["model"], resolved["dataset"]) == ("smollm2", "learnable")
+    text = (CONFIGS / "cpu.yaml").read_text().replace("model: tiny", "model_name_or_path: smollm2")
+    (tmp_path / "trl_names.yaml").write_text(text)
+    assert main(["train", str(tmp_path / "trl_names.yaml"), "--method", "grpo", "--check"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["model"] == "smollm2"
+    (tmp_path / "both.yaml").write_text(text + "model: tiny\n")
+    assert main(["train", str(tmp_path / "both.yaml"), "--method", "grpo", "--check"]) == 2
+    assert capsys.readouterr().err.startswith("passk: error: model_name_or_path: TRL's name for model")
+
+
 def test_check_of_the_gpu_file_works_on_any_machine_and_touches_no_device(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
