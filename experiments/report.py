@@ -12,6 +12,7 @@
 - `trainer_state.json` (else the newest `checkpoint-*/trainer_state.json`): TRL's `log_history`, from which it
   plots `reward`, `kl`, `entropy`, `completions/mean_length`, `frac_reward_zero_std` and the callback's
   `eval/pass@1`.
+- `sampled_prompts.jsonl` (experiments.budget): the fresh prompts of each generation batch, the curves' x.
 
 What it reports:
 
@@ -34,7 +35,9 @@ What it reports:
 - Coinciding curves: two runs whose logged curve (reward, KL, length, ...) matches at >= 90% of their common
   steps are named in a note, and drawn with distinct line styles and markers so that neither hides the other.
 
-- Curves: the eval curve with each evaluation's interval; TRL's `rloo` is left out of the
+- Curves: against the fresh prompts sampled by each logged step (`sampled_prompts.jsonl`, else run.json's budget
+  shape), the quantity every method of a budget shares, not optimizer steps (PPO takes two per generation batch);
+  the eval curve with each evaluation's interval; TRL's `rloo` is left out of the
   `frac_reward_zero_std` plot (measured after its KL penalty, `zero_std_after_kl`), and a run that does not log
   a curve's key is named under that plot.
 
@@ -135,6 +138,34 @@ def _safetensors_parameters(run_dir: Path) -> int | None:
     return sum(math.prod(t["shape"]) for name, t in header.items() if name != "__metadata__")
 
 
+def _sample_log(run_dir: Path) -> list[tuple[int, int]] | None:
+    """(the step each generation batch was sampled at, its fresh prompts) from `sampled_prompts.jsonl`
+    (experiments.budget), or None without it."""
+    path = run_dir / "sampled_prompts.jsonl"
+    if not path.is_file():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [(int(r["step"]), len(r.get("prompts") or [])) for r in rows]
+
+
+def fresh_prompts_at(run: Mapping[str, Any], step: float) -> float | None:
+    """The fresh prompts a run had sampled when it logged `step` (the metrics of optimizer step s, whose
+    generation batches were sampled at global_step < s): the x of its training curves, which every method of a
+    budget shares, where optimizer steps are not (PPO takes two per generation batch). From the run's sample log,
+    else from run.json's budget shape (a generation batch every steps_per_generation x num_iterations /
+    gradient_accumulation_steps steps); None for a run that records neither."""
+    if step <= 0:
+        return 0.0
+    if run.get("samples") is not None:
+        return float(sum(n for at, n in run["samples"] if at < step))
+    b = run.get("budget") or {}
+    keys = ("prompts_per_generation", "steps_per_generation", "num_iterations", "gradient_accumulation_steps")
+    if any(not isinstance(b.get(k), int | float) or b.get(k) <= 0 for k in keys):
+        return None
+    per_step = b["gradient_accumulation_steps"] / (b["steps_per_generation"] * b["num_iterations"])
+    return float(math.ceil(step * per_step - 1e-9) * b["prompts_per_generation"])
+
+
 def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:
     """Everything the report needs from one run directory; absent files come back as None."""
     run_dir = Path(run_dir)
@@ -150,6 +181,7 @@ def load_run(run_dir: str | os.PathLike) -> dict[str, Any]:
         budget["optimizer_steps"] = _first(meta, "global_step") or (state or {}).get("global_step")
     hparams = meta.get("method_hparams")
     return {
+        "samples": _sample_log(run_dir),
         "dir": run_dir,
         "config": dict(config),
         "model_parameters": meta.get("model_parameters") or _safetensors_parameters(run_dir),
@@ -610,7 +642,7 @@ def _curves(runs: Sequence[Mapping[str, Any]], order: Sequence[str]) -> tuple[di
                     cis[0.0] = [float(c) for c in before["ci"]]
             if vals:
                 item = {"method": run["method"], "seed": run["seed"], "label": run["label"], "steps": steps,
-                        "values": vals}  # fmt: skip
+                        "fresh_prompts": [fresh_prompts_at(run, step) for step in steps], "values": vals}  # fmt: skip
                 if cis:
                     item["ci"] = [cis.get(step) for step in steps]
                 series.append(item)
@@ -634,7 +666,14 @@ def _curves(runs: Sequence[Mapping[str, Any]], order: Sequence[str]) -> tuple[di
             )
         if key.startswith("eval/") and any(s.get("ci") for s in series):
             notes.append("Whiskers: 95% bootstrap intervals over the evaluation problems.")
-        out[stem] = {"key": key, "title": title, "ylabel": ylabel, "series": series, "notes": notes}
+        uncounted = [s["label"] for s in series if None in s["fresh_prompts"]]
+        if uncounted:
+            notes.append(f"Drawn against optimizer steps: {', '.join(uncounted)} recorded no sample count "
+                         "(sampled_prompts.jsonl), and methods differ in steps per fresh prompt.")  # fmt: skip
+        x = "steps" if uncounted else "fresh_prompts"
+        xlabel = "optimizer step" if uncounted else "fresh prompts sampled (the budget every method shares)"
+        out[stem] = {"key": key, "title": title, "ylabel": ylabel, "x": x, "xlabel": xlabel, "series": series,
+                     "notes": notes}  # fmt: skip
     return out, skips
 
 
@@ -1051,6 +1090,7 @@ def _plot_curve(spec: Mapping[str, Any], order: Sequence[str], path: Path) -> No
     markers = ["x", "+", "^", "s", "v"]
     seen: dict[str, int] = {}
     n_coinciding = 0
+    x = spec.get("x", "steps")
     n_series_ci, i_ci = sum(1 for s in spec["series"] if s.get("ci")), 0
     for s in spec["series"]:
         m = s["method"]
@@ -1058,12 +1098,12 @@ def _plot_curve(spec: Mapping[str, Any], order: Sequence[str], path: Path) -> No
         seen[m] = idx + 1
         color = colors[m]
         # Few points (e.g. periodic evals): markers make each measurement visible.
-        marker, style, label = ("o" if len(s["steps"]) <= 30 else None), styles[idx % 4], s["label"]
+        marker, style, label = ("o" if len(s[x]) <= 30 else None), styles[idx % 4], s["label"]
         markevery = None
         if s.get("coincides_with"):
             # Drawn over an identical curve: dashed, with markers offset along the line, so both stay visible.
             marker, style = markers[n_coinciding % len(markers)], "--"
-            markevery = (n_coinciding + 1, max(1, len(s["steps"]) // 12))
+            markevery = (n_coinciding + 1, max(1, len(s[x]) // 12))
             label += f" (= {', '.join(s['coincides_with'])})"
             n_coinciding += 1
         if s.get("ci"):
@@ -1071,12 +1111,12 @@ def _plot_curve(spec: Mapping[str, Any], order: Sequence[str], path: Path) -> No
             hi = [c[1] - v if c else 0.0 for v, c in zip(s["values"], s["ci"])]
             # Whiskers of runs evaluated at the same steps would hide each other: each run's sit a little apart.
             dodge = (n_series_ci - 1) / 2
-            shift = (i_ci - dodge) * 0.006 * max((max(x["steps"]) for x in spec["series"]), default=1)
-            ax.errorbar([x + shift for x in s["steps"]], s["values"], yerr=[lo, hi], fmt="none", ecolor=color,
+            shift = (i_ci - dodge) * 0.006 * max((max(t[x]) for t in spec["series"]), default=1)
+            ax.errorbar([v + shift for v in s[x]], s["values"], yerr=[lo, hi], fmt="none", ecolor=color,
                         elinewidth=1, capsize=3, alpha=0.7)  # fmt: skip
             i_ci += 1
-        ax.plot(s["steps"], s["values"], color=color, alpha=0.25, linewidth=1)
-        ax.plot(s["steps"], _smooth(s["values"]), color=color, linewidth=2, linestyle=style, marker=marker,
+        ax.plot(s[x], s["values"], color=color, alpha=0.25, linewidth=1)
+        ax.plot(s[x], _smooth(s["values"]), color=color, linewidth=2, linestyle=style, marker=marker,
                 markersize=5, markevery=markevery, label=label)  # fmt: skip
     smoothed = any(len(s["values"]) >= 20 for s in spec["series"])  # _smooth is the identity below 20 points
     note = ""
@@ -1084,7 +1124,7 @@ def _plot_curve(spec: Mapping[str, Any], order: Sequence[str], path: Path) -> No
         whiskers = ", whiskers: 95% CI over problems" if any(s.get("ci") for s in spec["series"]) else ""
         note = f" (step 0: eval_before.json{whiskers})"
     ax.set_title(spec["title"] + (" (faint: raw, bold: smoothed)" if smoothed else "") + note)
-    ax.set_xlabel("training step")
+    ax.set_xlabel(spec.get("xlabel", "training step"))
     ax.set_ylabel(spec["ylabel"])
     ax.grid(alpha=0.3)
     ax.legend(loc="best", frameon=False)

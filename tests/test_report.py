@@ -473,3 +473,41 @@ def test_model_size_is_counted_from_the_saved_weights_of_an_older_run(tmp_path: 
     save_file({"a": np.zeros((3, 4), dtype=np.float32), "b": np.zeros(5, dtype=np.float32)},
               str(run / "model.safetensors"))  # fmt: skip
     assert build_report([run], tmp_path)["setup"]["model_parameters"] == 17
+
+
+def test_training_curves_are_drawn_against_the_fresh_prompts_every_method_shares(tmp_path: Path) -> None:
+    """PPO takes two optimizer steps per generation batch where GRPO takes one: against steps, the same x would be
+    different data. The curves' x is the fresh prompts sampled by each logged step, from the run's sample log, else
+    from run.json's budget shape; a run with neither puts the plot back on optimizer steps, and the plot says so."""
+    ev = _eval([2] * 30, [True] * 30)
+
+    def history(steps: int) -> list[dict]:
+        return [{"step": s, "reward": 0.1 * s} for s in range(1, steps + 1)] + [
+            {"step": steps, "eval/pass@1": 0.5}
+        ]
+
+    grpo = _write_run(tmp_path / "grpo", "grpo", 0, ev, ev, history(4))
+    (grpo / "sampled_prompts.jsonl").write_text(
+        "".join(
+            json.dumps({"step": s, "prompts": ["a", "b"], "completions": 4, "tokens": 9}) + "\n"
+            for s in range(4)
+        )
+    )
+    shape = {"prompts_per_generation": 2, "steps_per_generation": 1, "num_iterations": 2,
+             "gradient_accumulation_steps": 1}  # fmt: skip
+    ppo = _write_run(tmp_path / "ppo", "ppo", 0, ev, ev, history(8), budget=shape)
+    report = build_report([grpo, ppo], tmp_path)
+    reward = report["curves"]["reward"]
+    assert reward["x"] == "fresh_prompts" and reward["xlabel"].startswith("fresh prompts sampled")
+    x = {s["method"]: s["fresh_prompts"] for s in reward["series"]}
+    assert x == {"grpo": [2, 4, 6, 8], "ppo": [2, 2, 4, 4, 6, 6, 8, 8]}  # both end on the same 8 prompts
+    evals = {s["method"]: s["fresh_prompts"] for s in report["curves"]["eval_pass_at_1"]["series"]}
+    assert evals == {"grpo": [0, 8], "ppo": [0, 8]}  # step 0 is eval_before.json: nothing sampled yet
+
+    old = _write_run(tmp_path / "old", "rloo", 0, ev, ev, history(4))  # neither a sample log nor a budget
+    reward = build_report([grpo, old], tmp_path)["curves"]["reward"]
+    assert reward["x"] == "steps" and reward["xlabel"] == "optimizer step"
+    assert any(
+        n.startswith("Drawn against optimizer steps: rloo recorded no sample count") for n in reward["notes"]
+    )
+    write_report([grpo, ppo], tmp_path / "out")  # draws against fresh prompts
