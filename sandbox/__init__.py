@@ -130,8 +130,12 @@ What is not defended
   bandwidth and the kernel's locks with the tasks of other slots (the slots are pinned to CPUs, not
   isolated); the judge's comparison time of a previous task on the same slot, observable only against the
   clock (no state carries the previous task's end), and within the nanoseconds per token that byte
-  comparisons stop early; with ``stop_on_failure``, the fact that a case runs at all. Host memory pressure
-  from other tasks (allocations under RLIMIT_AS succeed or fail) is not isolated without a memory cgroup.
+  comparisons stop early; with ``stop_on_failure``, the fact that a case runs at all; the inode numbers of a
+  case's new namespaces (``/proc/self/ns/*``), which the kernel allocates lowest-free host-wide, so that they
+  show roughly how many namespaces other tasks hold at that moment (a task moves that only by ending: a bit
+  per task between concurrent tasks, nothing that outlives them). Host memory pressure from other tasks
+  (allocations under RLIMIT_AS succeed or fail) is not isolated without a memory cgroup, and there is none:
+  memfds are refused instead (the issue's alternative), so nothing a case can pin escapes the bounds above.
 * Threads: the program of an rpc or exec task cannot start any (RLIMIT_NPROC = 0 counts them); a stdin/stdout
   case's threads share its CPU and its address-space limit, and unreaped tasks of its uid count against its 16.
   The process that forks the cases keeps the privileges their set-up needs and compiles the candidate's source
