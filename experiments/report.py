@@ -16,6 +16,9 @@
 
 What it reports:
 
+- First, the verdict: per headline metric (greedy pass@1, pass@1, pass@k), the best method after training, the
+  methods not significantly below it (Holm, as below) and those that are, the starting model's value, and the
+  one-seed caveat where it applies. Seeds cells read `1 (seed 42)`: how many, then which.
 - What was trained: the task, the model and its size, each run's budget (fresh prompts, completions, optimizer
   steps, learning rate) and the evaluation's sampling temperature, which is what separates greedy from sampled
   pass.
@@ -471,6 +474,7 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
                     s.setdefault("coincides_with", []).append(item["labels"][0])
     report = {
         "title": title or "passk: " + ", ".join(order),
+        "verdict": _verdict(methods, comparisons, k_all),
         "setup": _setup(runs),
         "single_seed": all(len(e["seeds"]) == 1 for e in methods),
         "methods": methods,
@@ -489,6 +493,36 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
         },
     }
     return _round(report)
+
+
+def _verdict(
+    methods: Sequence[Mapping[str, Any]], comparisons: Mapping[str, Any], k: int | None
+) -> list[dict]:
+    """The report's summary, per headline metric (greedy pass@1, pass@1, pass@k): the best method after training,
+    the methods not significantly below it (Holm, the between-methods tests), those that are, and the starting
+    model's value; with one method, its change from the start."""
+    out = []
+    for name in RATE_METRICS[:2] + ((f"pass@{k}",) if k else ()):
+        starts = [e["before"][name]["value"] for e in methods if name in e["before"]]
+        start = [min(starts), max(starts)] if starts else None
+        comp = comparisons.get(name)
+        if comp is not None:
+            best = max(comp["ranking"], key=lambda r: r["value"])
+            below = {p["worse"] for p in comp["pairs"] if p["better"] == best["method"] and p["significant"]}
+            out.append({
+                "metric": name, "problems": comp["problems"], "best": best["method"], "value": best["value"],
+                "ci": best["ci"], "start": start, "alpha": comp["alpha"],
+                "not_below_best": [r["method"] for r in comp["ranking"] if r["method"] not in below],
+                "below_best": [r["method"] for r in comp["ranking"] if r["method"] in below],
+            })  # fmt: skip
+        elif len(methods) == 1 and name in methods[0]["after"]:
+            e = methods[0]
+            out.append({
+                "metric": name, "problems": e["num_problems"], "best": e["method"], "value": e["after"][name]["value"],
+                "ci": e["after"][name]["ci"], "start": start, "delta": e["delta"].get(name),
+                "delta_ci": e["delta_ci"].get(name),
+            })  # fmt: skip
+    return out
 
 
 def _shared(values: Mapping[str, Any]) -> Any:
@@ -759,7 +793,9 @@ def _fmt_num(x: Any, spec: str) -> str:
 
 
 def _fmt_seeds(seeds: Sequence[Any]) -> str:
-    return ", ".join("?" if s is None else str(s) for s in seeds)
+    """`1 (seed 42)`, `3 (seeds 0, 1, 2)`: how many training seeds, then which (an id alone reads as a count)."""
+    ids = ", ".join("?" if s is None else str(s) for s in seeds)
+    return f"{len(seeds)} (seed{'s' if len(seeds) > 1 else ''} {ids})"
 
 
 def _metric_names(entry: Mapping[str, Any]) -> list[str]:
@@ -822,6 +858,38 @@ def _per_run(value: Any, fmt: Any = str) -> str:
     if isinstance(value, Mapping):
         return ", ".join(f"{label} {'?' if v is None else fmt(v)}" for label, v in value.items())
     return fmt(value)
+
+
+def _verdict_section(report: Mapping[str, Any]) -> list[str]:
+    """The summary the report leads with (`_verdict`), then the one-seed caveat where it applies."""
+    items = report.get("verdict") or []
+    if not items:
+        return []
+    lines = ["## Verdict", ""]
+    for v in items:
+        name = v["metric"]
+        start = v.get("start")
+        start_text = "?" if not start else (
+            _fmt(name, {"value": start[0]}) if start[0] == start[1]
+            else f"{_fmt(name, {'value': start[0]})}-{_fmt(name, {'value': start[1]})}"
+        )  # fmt: skip
+        head = (
+            f"- **{_label(name)}** ({_fmt_num(v['problems'], 'd')} problems; before training {start_text}): "
+        )
+        if "not_below_best" in v:
+            text = f"best **{v['best']}**, {_fmt(name, v)}. "
+            tied = [m for m in v["not_below_best"] if m != v["best"]]
+            text += (f"Not significantly below it (Holm, alpha {v['alpha']}): {', '.join(tied)}. " if tied else
+                     f"Every other method is significantly below it (Holm, alpha {v['alpha']}). ")  # fmt: skip
+            if tied and v["below_best"]:
+                text += f"Significantly below it: {', '.join(v['below_best'])}."
+        else:
+            text = f"{v['best']} {_fmt(name, v)} after training, {_fmt_delta(name, v.get('delta'), v.get('delta_ci'))}."
+        lines.append(head + text.rstrip())
+    if report.get("single_seed"):
+        lines += ["", "One training run per method (one seed): this ranks these runs, not the methods; the intervals "
+                  "are over evaluation problems only (`passk compare --seeds 0,1,2` pools several)."]  # fmt: skip
+    return lines + [""]
 
 
 def _setup_section(report: Mapping[str, Any]) -> list[str]:
@@ -990,6 +1058,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     lines = [
         f"# {report['title']}",
         "",
+        *_verdict_section(report),
         *_setup_section(report),
         "",
         *_intro(report),

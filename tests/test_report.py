@@ -144,7 +144,7 @@ def test_report_numbers_match_the_evals(runs: list[Path], tmp_path: Path) -> Non
     assert grpo["before"]["first_sample_pass@1"]["value"] == pytest.approx(19 / 30)
 
     text = md.read_text()
-    assert "| grpo | 0 | 30 | 5 | Greedy pass@1 | 43.3% [" in text
+    assert "| grpo | 1 (seed 0) | 30 | 5 | Greedy pass@1 | 43.3% [" in text
     assert "| Pass@5 | 63.3% [" in text and "73.3% [" in text and "+10.0 pp [" in text
     assert "| First-sample pass@1 | 63.3% [" in text
     # Results after training: every number with its interval, in a row that names seeds, problems, n and k.
@@ -152,7 +152,7 @@ def test_report_numbers_match_the_evals(runs: list[Path], tmp_path: Path) -> Non
         "| Method | Seeds | Problems | n | k | Greedy pass@1 | Pass@1 | First-sample pass@1 | Pass@5 |"
         in text
     )
-    assert "| grpo | 0 | 30 | 5 | 5 | 56.7% [" in text
+    assert "| grpo | 1 (seed 0) | 30 | 5 | 5 | 56.7% [" in text
     assert "## Between methods (after training)" in text and "Holm over 1 pairs" in text
     for png in (
         "pass_at_k",
@@ -291,7 +291,7 @@ def test_between_method_differences_are_paired_and_holm_corrected(tmp_path: Path
     )
     assert ranks["b"]["rank"] == ranks["c"]["rank"] == 2 and ranks["b"]["worse_than"] == ["a"]
     text = render_markdown(report)
-    assert "| 1 | a | 0 | " in text and "| 2 | b | 0 | " in text
+    assert "| 1 | a | 1 (seed 0) | " in text and "| 2 | b | 1 (seed 0) | " in text
     assert "| a − b | +20.0 pp [" in text
 
 
@@ -511,3 +511,43 @@ def test_training_curves_are_drawn_against_the_fresh_prompts_every_method_shares
         n.startswith("Drawn against optimizer steps: rloo recorded no sample count") for n in reward["notes"]
     )
     write_report([grpo, ppo], tmp_path / "out")  # draws against fresh prompts
+
+
+def test_the_report_leads_with_its_verdict_and_seeds_read_as_ids(tmp_path: Path) -> None:
+    """Before any table: per metric, the best method, those not significantly below it (Holm) and those that are,
+    and the start; the one-seed caveat. The Seeds cells give the number of seeds and their ids apart."""
+    rng = np.random.default_rng(0)
+    base = rng.random(60) < 0.4
+    tasks = [f"t{i}" for i in range(60)]
+    gain = [i for i in range(60) if not base[i]][:12]
+    greedy = {"a": [bool(base[i] or i in gain) for i in range(60)]}
+    greedy["b"] = [bool(base[i] or i in gain[1:]) for i in range(60)]  # one problem fewer than a: a tie
+    greedy["c"] = [bool(x) for x in base]  # 12 fewer: below a
+    start = _eval([5 * int(x) for x in base], [bool(x) for x in base], tasks=tasks)
+    dirs = [
+        _write_run(tmp_path / m, m, 7, start, _eval([5 * int(x) for x in gs], gs, tasks=tasks), None)
+        for m, gs in greedy.items()
+    ]
+    report = build_report(dirs, tmp_path)
+    verdict = {v["metric"]: v for v in report["verdict"]}
+    g = verdict["greedy_pass@1"]
+    assert (g["best"], g["not_below_best"], g["below_best"]) == ("a", ["a", "b"], ["c"])
+    assert g["start"] == [pytest.approx(base.mean())] * 2
+    text = render_markdown(report)
+    assert (
+        text.index("## Verdict") < text.index("## What was trained") < text.index("## Results after training")
+    )
+    line = next(x for x in text.splitlines() if x.startswith("- **Greedy pass@1**"))
+    assert line.startswith(
+        f"- **Greedy pass@1** (60 problems; before training {100 * base.mean():.1f}%): best **a**, "
+    )
+    assert line.endswith("Not significantly below it (Holm, alpha 0.05): b. Significantly below it: c.")
+    assert "One training run per method (one seed): this ranks these runs, not the methods" in text
+    assert "| a | 1 (seed 7) | 60 | 5 | 5 | " in text
+
+    seeds = [_write_run(tmp_path / f"s{s}", "a", s, start, start, None) for s in (0, 1)]
+    text = render_markdown(build_report(seeds, tmp_path))
+    assert "| a | 2 (seeds 0, 1) | 60 | 5 | 5 | " in text and "One training run per method" not in text
+    line = next(x for x in text.splitlines() if x.startswith("- **Pass@1** (60 problems; before training "))
+    # One method: its change from the start.
+    assert ": a " in line and line.endswith(" after training, +0.0 pp [+0.0, +0.0].")
