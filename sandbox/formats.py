@@ -256,12 +256,12 @@ def prompt_text(prompt: Any) -> str:
     return "\n".join(parts)
 
 
-_PUNCT_SPACE = re.compile(r"\s*([^\w\s])\s*")
+_PUNCT_SPACE = re.compile(r" ?([^\w ]) ?")  # after whitespace is collapsed: one space at most, so linear
 
 
 def _norm(text: str) -> str:
     """Whitespace as a statement varies it: none around punctuation, one space elsewhere."""
-    return " ".join(_PUNCT_SPACE.sub(r"\1", text).split())
+    return _PUNCT_SPACE.sub(r"\1", " ".join(text.split()))
 
 
 def _find(text: str, needle: str, start: int = 0) -> int:
