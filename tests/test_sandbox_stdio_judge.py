@@ -234,3 +234,49 @@ def test_a_thread_without_its_processs_file_table_is_refused(sb):
     r = sb.run_stdio(program, [("\n", "-1 1\n-1 1\n")])
     assert r.passed, r
     assert sb.layers["shared_file_table"]
+
+
+# ---- 2. no case runs after a comparison it could time ------------------------------------------------------
+class FakeRun:
+    """The judge's side of a stdin/stdout task, without processes: the case server says the program compiled."""
+
+    def __init__(self) -> None:
+        import time
+
+        self.deadline = time.monotonic() + 60
+        self.cap = 1 << 20
+
+    def send(self, *objs: object) -> None:
+        pass
+
+    def receive(self) -> list:
+        return ["ok"]
+
+
+@pytest.mark.parametrize("stop_on_failure", [False, True])
+def test_outputs_are_compared_after_the_last_case(monkeypatch, stop_on_failure):
+    """A comparison's time depends on the expected output (its length, and once on how much of it was right);
+    a case that starts after it can read that from the clock. So the judge runs every case first and compares
+    after, except with stop_on_failure, which must know at once (and tells the next case only that the last one
+    passed)."""
+    from sandbox import _zygote as zygote
+
+    events: list[str] = []
+
+    def run_case(run, data, deadline):
+        events.append("run")
+        return "exited", 0, bytearray(data), bytearray()
+
+    def case_verdict(ended, status, out, err, want, task, verdict):
+        events.append("compare")
+        return ("passed", "") if bytes(out) == want else ("wrong_answer", "differs")
+
+    monkeypatch.setattr(zygote, "run_case", run_case)
+    monkeypatch.setattr(zygote, "case_verdict", case_verdict)
+    cases = [(f"{i}\n", f"{i}\n") for i in range(5)]
+    task = {"program": "", "timeout": 1.0, "total_timeout": 10.0, "memory_mb": 64, "cases": cases}
+    task |= {"stop_on_failure": stop_on_failure, "compare": "lines", "float_tol": None, "max_output": 1 << 20}
+    verdict = zygote.Verdict()
+    status, _ = zygote.judge_stdio(FakeRun(), task, verdict)
+    assert status == "passed" and verdict.cases == ["passed"] * 5
+    assert events == (["run", "compare"] * 5 if stop_on_failure else ["run"] * 5 + ["compare"] * 5)
