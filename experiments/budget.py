@@ -86,7 +86,8 @@ def derive_max_steps(budget_prompts: int, cfg: Any) -> int:
         raise BudgetError(
             f"budget_prompts: {budget_prompts} is not a multiple of the {per_generation} prompt(s) one generation "
             f"batch holds (generation_batch_size {shape['generation_batch_size']} / num_generations "
-            f"{shape['num_generations']})"
+            f"{shape['num_generations']}; steps_per_generation {shape['steps_per_generation']} sets how many "
+            "optimizer steps' worth it holds)"
         )
     generations = budget_prompts // per_generation
     micro_steps = generations * shape["steps_per_generation"] * shape["num_iterations"]

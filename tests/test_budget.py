@@ -21,7 +21,9 @@ from experiments.trainers import METHODS
 from experiments.trainers.ppo import CRITIC_LR_SCALE
 
 REPO = Path(__file__).resolve().parent.parent
-BUDGET_PROMPTS = 6  # 3 generation batches of 2 prompts x 2 completions
+BUDGET_PROMPTS = (
+    8  # 4 generation batches of 2 prompts x 2 completions; one PPO rollout (4 steps of 2 prompts)
+)
 
 
 def varied_reward(completions, **kwargs) -> list[float]:
@@ -66,15 +68,17 @@ def test_every_method_samples_the_same_prompts_and_completions(seven_runs: dict[
     reference = seven_runs["grpo"]["generations"]
     prompts = [p for g in reference for p in g["prompts"]]
     assert len(prompts) == BUDGET_PROMPTS and len(set(prompts)) > 1
+    assert [g["completions"] for g in reference] == [4, 4, 4, 4]  # one step's 2 prompts x 2 per batch
     for method, got in seven_runs.items():
         generations = got["generations"]
-        assert [g["prompts"] for g in generations] == [g["prompts"] for g in reference], method
-        assert [g["completions"] for g in generations] == [4, 4, 4], method
+        assert [p for g in generations for p in g["prompts"]] == prompts, method
+        # PPO: one rollout of all 8 prompts (4 minibatches), reused twice: the same samples, twice the steps.
+        batches, steps = ([16], 8) if method == "ppo" else ([4, 4, 4, 4], 4)
+        assert [g["completions"] for g in generations] == batches, method
         budget = got["run"]["budget"]
         assert budget["fresh_prompts"] == BUDGET_PROMPTS and budget["fresh_completions"] == 2 * BUDGET_PROMPTS
-        epochs = 2 if method == "ppo" else 1  # PPO reuses each batch twice: the same samples, twice the steps
-        assert budget["optimizer_steps"] == got["run"]["global_step"] == 3 * epochs, method
-        assert [g["step"] for g in generations] == [0, epochs, 2 * epochs], method
+        assert budget["optimizer_steps"] == got["run"]["global_step"] == steps, method
+        assert [g["step"] for g in generations] == list(range(0, steps, steps // len(batches))), method
         assert (
             budget["prompt_sequence_sha256"] == seven_runs["grpo"]["run"]["budget"]["prompt_sequence_sha256"]
         )
@@ -84,10 +88,13 @@ def test_every_method_samples_the_same_prompts_and_completions(seven_runs: dict[
 def test_tokens_generated_agree_with_trls_logged_lengths(seven_runs: dict[str, dict]) -> None:
     for method, got in seven_runs.items():
         logged = [h["completions/mean_length"] for h in got["history"] if "completions/mean_length" in h]
-        assert len(logged) == 3, method  # one generation batch of 4 completions per logged value
+        generations = got["generations"]
+        assert len(logged) == len(generations) == (1 if method == "ppo" else 4), method  # one per generation
         counted = got["run"]["budget"]["tokens_generated"]
-        assert counted == sum(g["tokens"] for g in got["generations"]) > 0
-        assert counted == pytest.approx(4 * sum(logged)), method
+        assert counted == sum(g["tokens"] for g in generations) > 0
+        assert counted == pytest.approx(sum(g["completions"] * n for g, n in zip(generations, logged))), (
+            method
+        )
 
 
 @pytest.mark.slow

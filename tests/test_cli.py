@@ -303,7 +303,7 @@ def test_compare_runs_every_method_per_seed_on_one_budget_file(
         lambda dirs, out: reported.update(dirs=dirs) or Path(out) / "report.md",
     )
     argv = ["compare", "cpu", "--methods", "grpo,ppo", "--seeds", "3,4", "--out", str(tmp_path), "--budget_prompts",
-            "1", "--lam", "0.9", "--jobs", "2"]  # fmt: skip
+            "4", "--lam", "0.9", "--jobs", "2"]  # fmt: skip
     assert cli.main(argv) == 0, capsys.readouterr().err
     assert jobs == [2]
     assert "--lam goes to ppo only" in capsys.readouterr().out
@@ -313,7 +313,7 @@ def test_compare_runs_every_method_per_seed_on_one_budget_file(
     }
     assert got == {(m, s, str(tmp_path / f"{m}-seed{s}")) for s in ("3", "4") for m in ("grpo", "ppo")}
     assert all(c[c.index("experiments.train") + 1] == str(CONFIGS / "cpu.yaml") for c in launched)
-    assert all(c[c.index("--budget_prompts") + 1] == "1" for c in launched)
+    assert all(c[c.index("--budget_prompts") + 1] == "4" for c in launched)
     assert all(("--lam" in c) == (c[c.index("--method") + 1] == "ppo") for c in launched)
     assert sorted(p.name for p in reported["dirs"]) == ["grpo-seed3", "grpo-seed4", "ppo-seed3", "ppo-seed4"]
     # An option no chosen method has is an error, before any run.

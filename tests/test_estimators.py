@@ -20,7 +20,9 @@ from experiments.trainers.estimators import (
     kl_k1,
     masked_gae,
     masked_mean,
+    masked_var,
     masked_whiten,
+    normalize_rollout_advantages,
     policy_gradient_loss,
     ppo_clip_loss,
     rloo_advantages,
@@ -278,3 +280,83 @@ def test_masked_whiten_and_mean():
     w = masked_whiten(x, mask)
     assert w[0, :3].tolist() == pytest.approx([-1.0, 0.0, 1.0], abs=1e-6)
     assert w[0, 3].item() == 0.0
+
+
+# ------------------------------------------------------------------ PPO's advantage normalisation over a rollout
+
+
+def _gae_of_groups(scores: torch.Tensor, value_noise: float, seed: int = 0, tokens: int = 6):
+    """λ = γ = 1 GAE advantages (G - V per token) of completions scored `scores`, under a critic whose values are
+    the true score level plus Gaussian noise of std `value_noise`; all tokens valid."""
+    gen = torch.Generator().manual_seed(seed)
+    rewards = torch.zeros(len(scores), tokens)
+    rewards[:, -1] = scores
+    values = value_noise * torch.randn(len(scores), tokens, generator=gen)
+    mask = torch.ones(len(scores), tokens)
+    advantages, _ = masked_gae(rewards, values, mask, gamma=1.0, lam=1.0)
+    return advantages, mask
+
+
+def test_a_rollout_without_reward_variance_gets_no_advantage_even_with_a_noisy_critic():
+    """The failure mechanism of issue 27: one prompt x 4 completions all scored 0, a critic off by N(0, 0.9^2).
+    Whitening that rollout blows the critic's noise up to unit std; the rollout normalisation gives 0."""
+    advantages, mask = _gae_of_groups(torch.zeros(4), value_noise=0.9)
+    assert masked_whiten(advantages, mask).std().item() == pytest.approx(1.0, rel=0.05)  # the old behaviour
+    for mode in ("whiten", "center"):
+        out, stats = normalize_rollout_advantages(advantages, mask, mode, rewards_vary=False)
+        assert out.abs().max().item() == 0.0, mode
+        assert stats["divisor"].item() == 0.0
+        assert stats["std"].item() == pytest.approx(advantages.std().item(), rel=1e-5)  # the raw A's, logged
+    raw, _ = normalize_rollout_advantages(advantages, mask, "none", rewards_vary=False)
+    assert torch.equal(raw, advantages)  # "none" leaves GAE's advantages as they are
+
+
+def test_a_flat_group_inside_a_many_prompt_rollout_keeps_its_small_scale():
+    """16 prompts x 4 completions; prompt 0 scores 1, 1, 1, 1, the others vary. Whitened over the whole rollout, the
+    flat group's advantages (only critic noise of std 0.05) stay small; whitened alone they would have std 1."""
+    gen = torch.Generator().manual_seed(1)
+    scores = (torch.rand(64, generator=gen) < 0.5).float()
+    scores[:4] = 1.0
+    advantages, mask = _gae_of_groups(scores, value_noise=0.05, seed=2)
+    out, stats = normalize_rollout_advantages(advantages, mask, "whiten", rewards_vary=True)
+    flat = out[:4]
+    assert flat.std().item() < 0.2
+    assert masked_whiten(advantages[:4], mask[:4]).std().item() == pytest.approx(1.0, rel=0.05)
+    assert (out * mask).sum().item() == pytest.approx(0.0, abs=1e-4)  # zero mean over the rollout
+    assert masked_var(out, mask).item() == pytest.approx(1.0, rel=1e-4)  # unit variance over the rollout
+    assert stats["divisor"].item() == pytest.approx(
+        math.sqrt(masked_var(advantages, mask).item() + 1e-8), rel=1e-6
+    )
+
+
+def test_rollout_normalisation_modes_and_statistics_across_processes():
+    advantages = torch.tensor([[1.0, 2.0, 9.0], [3.0, 5.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    valid = advantages[mask.bool()]  # 1, 2, 3, 5, 0: mean 2.2
+    centred, stats = normalize_rollout_advantages(advantages, mask, "center")
+    assert centred[mask.bool()].tolist() == pytest.approx((valid - 2.2).tolist())
+    assert centred[0, 2].item() == 0.0 and stats["divisor"].item() == 1.0
+    assert stats["mean"].item() == pytest.approx(2.2) and stats["std"].item() == pytest.approx(
+        valid.std().item()
+    )
+    whitened, _ = normalize_rollout_advantages(advantages, mask, "whiten")
+    assert whitened[mask.bool()].tolist() == pytest.approx(((valid - 2.2) / valid.std()).tolist(), rel=1e-6)
+    with pytest.raises(ValueError, match="'whiten', 'center' or 'none'"):
+        normalize_rollout_advantages(advantages, mask, "batch")
+
+    # Two processes holding one row each: `all_sum` adds the other's partial sums, and each gets the statistics of
+    # the whole rollout, so the result is the one-process one.
+    rows = [(advantages[i : i + 1], mask[i : i + 1]) for i in range(2)]
+    for i, (adv, m) in enumerate(rows):
+        other_adv, other_m = rows[1 - i]
+        calls = []
+
+        def all_sum(t, other_adv=other_adv, other_m=other_m, calls=calls):
+            calls.append(len(calls))
+            if len(calls) == 1:  # the sum and count, then the sum of squared deviations from the global mean
+                return t + torch.stack([(other_adv * other_m).sum(), other_m.sum().float()])
+            return t + ((other_adv - 2.2) ** 2 * other_m).sum()
+
+        part, part_stats = normalize_rollout_advantages(adv, m.float(), "whiten", all_sum=all_sum)
+        assert part[0].tolist() == pytest.approx(whitened[i].tolist(), rel=1e-6)
+        assert part_stats["std"].item() == pytest.approx(valid.std().item(), rel=1e-6)

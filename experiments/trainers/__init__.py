@@ -87,8 +87,8 @@ class MethodSpec:
 
 _REINFORCE_HPARAMS = ("baseline", "normalize_advantages", "kl_coef")
 _PPO_HPARAMS = (
-    "critic_learning_rate", "vf_coef", "cliprange_value", "gamma", "lam", "whiten_advantages", "kl_coef",
-    "epsilon", "num_iterations", "entropy_coef",
+    "critic_learning_rate", "vf_coef", "cliprange_value", "gamma", "lam", "advantage_normalization",
+    "critic_warmup_rollouts", "kl_coef", "epsilon", "num_iterations", "entropy_coef",
 )  # fmt: skip
 
 # Procedure options that only passk's trainers have (the seed's choices, see docs/seed-fidelity.md). A shared

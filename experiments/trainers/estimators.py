@@ -17,6 +17,8 @@ Conventions:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "masked_mean",
     "masked_var",
     "masked_whiten",
+    "normalize_rollout_advantages",
     "policy_gradient_loss",
     "ppo_clip_loss",
     "rloo_advantages",
@@ -58,6 +61,51 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> tor
     mean, var = masked_mean(x, mask), masked_var(x, mask)
     whitened = (x - mean) * torch.rsqrt(var + eps)
     return whitened * mask.to(x.dtype)
+
+
+def normalize_rollout_advantages(
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str = "whiten",
+    rewards_vary: bool = True,
+    all_sum: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    eps: float = 1e-8,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO's advantage normalisation over one rollout (all its prompts, on every process).
+
+    - `"whiten"`: (A - mean) / sqrt(var + eps) over every masked token of the rollout;
+    - `"center"`: A - mean, never divided (for a rollout too small for its std to mean anything);
+    - `"none"`: A unchanged.
+
+    Under `"whiten"` and `"center"`, a rollout whose rewards have no variance (`rewards_vary=False`) gets
+    advantages 0: what is left in A there is the critic's error and the KL still to come, and whitening would
+    scale that noise up to unit variance (GRPO's advantage is exactly 0 for such a group).
+
+    `all_sum` sums a tensor over processes (`accelerator.reduce(t, "sum")`), so the statistics span the whole
+    rollout; None for one process. Returns the advantages (0 on padding) and detached statistics of the raw A:
+    `mean`, `std` (unbiased) and `divisor`, what A - mean was divided by (1 when it was not; 0 when zeroed).
+    """
+    all_sum = all_sum or (lambda t: t)
+    m = mask.to(advantages.dtype)
+    total, count = all_sum(torch.stack([(advantages * m).sum(), m.sum()])).unbind()
+    count = count.clamp(min=1.0)
+    mean = total / count
+    square_dev = all_sum(((advantages - mean) ** 2 * m).sum())  # two passes: exact for small deviations
+    var = square_dev / (count - 1).clamp(min=1.0)
+    one = torch.ones_like(mean)
+    if mode == "none":
+        out, divisor = advantages, one
+    elif mode not in ("whiten", "center"):
+        raise ValueError(f"advantage normalisation must be 'whiten', 'center' or 'none'; got {mode!r}")
+    elif not rewards_vary:
+        out, divisor = torch.zeros_like(advantages), torch.zeros_like(mean)
+    elif mode == "center":
+        out, divisor = advantages - mean, one
+    else:
+        divisor = torch.sqrt(var + eps)
+        out = (advantages - mean) / divisor
+    stats = {"mean": mean.detach(), "std": var.sqrt().detach(), "divisor": divisor.detach()}
+    return out * m, stats
 
 
 def policy_gradient_loss(

@@ -4,13 +4,14 @@ TRL 1.16 removed its PPOTrainer (and it never took reward *functions*). This one
 generation, reward-function calling and reference model, and adds what PPO needs, in the order CleanRL's
 `ppo.py` reads:
 
-1. Rollout (`_generate_and_score_completions`): after `super()`, build per-token rewards (a KL penalty to the
-   reference on every token, the unit-test score on the last one), read V(s_t) from the critic, run GAE(γ, λ),
-   form the returns R_t = A_t + V(s_t) and whiten the advantages. The per-token advantages, returns and old
-   values travel with the batch through GRPOTrainer's shuffle and split.
+1. Rollout (`_generate_and_score_completions`): one generation batch of `steps_per_generation` optimizer steps'
+   worth of prompts (4 unless set: `ROLLOUT_MINIBATCHES`). After `super()`, build per-token rewards (a KL penalty
+   to the reference on every token, the unit-test score on the last one), read V(s_t) from the critic, run
+   GAE(γ, λ), form the returns R_t = A_t + V(s_t) and normalise the advantages over the whole rollout. The
+   per-token advantages, returns and old values travel with the batch through GRPOTrainer's shuffle and split.
 2. Update (`_compute_loss`): the clipped ratio objective on the policy, the clipped value loss on the critic and
-   an entropy bonus, for `num_iterations` epochs over each generation batch (GRPOTrainer replays the buffered
-   batch and supplies the old log-probabilities).
+   an entropy bonus, over the rollout's minibatches (one optimizer step each) for `num_iterations` epochs
+   (GRPOTrainer replays the buffered rollout; log π_old is recorded while sampling).
 3. The critic's optimizer: `transformers.Trainer` only clips, steps and zeroes the policy, so a callback clips
    the critic's gradients, steps its AdamW and scheduler, and zeroes it at every optimizer step.
 
@@ -77,18 +78,21 @@ from .estimators import (
     kl_k1,
     masked_gae,
     masked_mean,
-    masked_whiten,
+    normalize_rollout_advantages,
     ppo_clip_loss,
 )
 from .sampling import check_logprob_temperature
 from .seams import GRPOSeamsMixin
 
-__all__ = ["CRITIC_DIR", "CRITIC_LR_SCALE", "PPOConfig", "PPOTrainer"]
+__all__ = ["CRITIC_DIR", "CRITIC_LR_SCALE", "ROLLOUT_MINIBATCHES", "PPOConfig", "PPOTrainer"]
 
 CRITIC_DIR = "critic"  # inside every checkpoint and saved model folder
 CRITIC_OPTIMIZER = "optimizer.pt"
 CRITIC_SCHEDULER = "scheduler.pt"
 CRITIC_LR_SCALE = 3.0  # critic_learning_rate = CRITIC_LR_SCALE x learning_rate unless set (see PPOConfig)
+ROLLOUT_MINIBATCHES = (
+    4  # optimizer steps per rollout unless set (CleanRL's num_minibatches; verl: 1024 / 256)
+)
 
 
 @dataclass
@@ -132,8 +136,24 @@ class PPOConfig(GRPOConfig):
             token's return is the completion's score (minus the KL penalties that follow it), and λ < 1 would mix
             in the bootstrapped values of a critic that starts untrained, biasing every advantage by its errors;
             the RL Fundamentals chapter notes LLM implementations end up close to λ = 1 (verl's default is 1.0).
-        whiten_advantages (`bool`, *optional*, defaults to `True`):
-            Normalise the advantages of each generation batch to zero mean and unit variance over its tokens.
+        advantage_normalization (`str`, *optional*, defaults to `"whiten"`):
+            How the GAE advantages of a rollout are normalised, with statistics over all of the rollout's tokens
+            on every process: `"whiten"` (zero mean, unit variance), `"center"` (zero mean, never divided: for a
+            rollout of one prompt) or `"none"`. Under the first two a rollout whose rewards have no variance
+            gets advantage 0 (`estimators.normalize_rollout_advantages`).
+        critic_warmup_rollouts (`int`, *optional*, defaults to `0`):
+            The first this many rollouts train only the critic; the policy takes no step on them (its scheduler
+            still counts them) and they count against the sampling budget like any other. OpenRLHF's
+            `freezing_actor_steps` and verl's `critic_warmup`. Off by default, as in both: with the zero-initialised
+            value head V starts at exactly 0, so the first advantages are the returns themselves, not a fresh
+            head's bias that would need burning off first.
+
+    The rollout. PPO collects a rollout, then takes its clipped updates over minibatches of it. Here a rollout is
+    TRL's generation batch and a minibatch one optimizer step: unless `steps_per_generation` or
+    `generation_batch_size` is set, PPOConfig sets `steps_per_generation` to `ROLLOUT_MINIBATCHES` (4) x
+    `gradient_accumulation_steps`, CleanRL's `num_minibatches = 4` and verl's default 1024-prompt train batch
+    over 256-prompt minibatches. A rollout then holds 4x the prompts of one optimizer step, so that the
+    normalisation sees many prompts; the budget's accounting is unchanged (`experiments.budget`).
 
         > Parameters that control the KL penalty and the entropy bonus
 
@@ -164,7 +184,16 @@ class PPOConfig(GRPOConfig):
     cliprange_value: float = field(default=0.2, metadata={"help": "Clip range of the critic's predictions."})
     gamma: float = field(default=1.0, metadata={"help": "Discount factor of the per-token returns."})
     lam: float = field(default=1.0, metadata={"help": "GAE lambda (1: Monte-Carlo return minus the value)."})
-    whiten_advantages: bool = field(default=True, metadata={"help": "Whiten the advantages of each batch."})
+    advantage_normalization: str = field(
+        default="whiten",
+        metadata={
+            "help": "Advantage normalisation over the rollout: whiten, center or none.",
+            "choices": ["whiten", "center", "none"],
+        },
+    )
+    critic_warmup_rollouts: int = field(
+        default=0, metadata={"help": "Rollouts at the start that train only the critic."}
+    )
     kl_coef: float = field(
         default=0.05, metadata={"help": "Per-token KL penalty to the reference, in the reward."}
     )
@@ -188,6 +217,15 @@ class PPOConfig(GRPOConfig):
                 f"critic_learning_rate must be > 0; got {self.critic_learning_rate}",
             ),
             (self.num_iterations >= 1, f"num_iterations must be >= 1; got {self.num_iterations}"),
+            (
+                self.advantage_normalization in ("whiten", "center", "none"),
+                "advantage_normalization must be 'whiten', 'center' or 'none'; "
+                f"got {self.advantage_normalization!r}",
+            ),
+            (
+                self.critic_warmup_rollouts >= 0,
+                f"critic_warmup_rollouts must be >= 0; got {self.critic_warmup_rollouts}",
+            ),
             (
                 self.logprob_temperature is None or self.logprob_temperature > 0,
                 f"logprob_temperature must be > 0; got {self.logprob_temperature}",
@@ -213,10 +251,25 @@ class PPOConfig(GRPOConfig):
             if self.generation_batch_size is not None and self.generation_batch_size % 2:
                 self.num_generations = 1
                 raise ValueError("with num_generations=1, give an even generation_batch_size")
+        if self.steps_per_generation is None and self.generation_batch_size is None:
+            self.steps_per_generation = ROLLOUT_MINIBATCHES * self.gradient_accumulation_steps
         try:
             super().__post_init__()
         finally:
             self.num_generations = requested
+        warmup_micro_steps = self.critic_warmup_rollouts * self.steps_per_generation * self.num_iterations
+        if warmup_micro_steps % self.gradient_accumulation_steps:
+            raise ValueError(
+                f"critic_warmup_rollouts: {self.critic_warmup_rollouts} rollouts of steps_per_generation "
+                f"{self.steps_per_generation} x num_iterations {self.num_iterations} micro-batches do not end on "
+                f"an optimizer step of gradient_accumulation_steps {self.gradient_accumulation_steps}"
+            )
+
+    @property
+    def critic_warmup_steps(self) -> int:
+        """The optimizer steps the critic warm-up lasts (`critic_warmup_rollouts` whole rollouts)."""
+        micro_steps = self.critic_warmup_rollouts * self.steps_per_generation * self.num_iterations
+        return micro_steps // self.gradient_accumulation_steps
 
     @property
     def critic_lr(self) -> float:
@@ -280,6 +333,24 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
 
     with ρ_t = π(y_t)/π_old(y_t). Takes GRPOTrainer's arguments, with `args` a [`PPOConfig`].
 
+    What keeps it from learning noise when most prompts' completions all pass or all fail, as unit tests make them:
+
+    - The advantages are normalised over a rollout of many prompts, on every process, as the frameworks do:
+      OpenRLHF whitens over its whole rollout batch (`rollout_batch_size`, 1024 by default; `no_advantage_std_norm`
+      to skip the division), verl over its train batch (1024 prompts), TRL's former PPOTrainer over its batch of
+      64-128. Whitening one prompt's few completions instead scales whatever is left when their rewards are equal
+      (critic error, the KL still to come) up to unit variance: on SmolLM2 that made two thirds of PPO's steps
+      full-size steps on noise. A rollout whose rewards have no variance at all gets advantage 0, as a group does in
+      GRPO; `advantage_normalization="center"` never divides (for rollouts of one prompt).
+    - The value head starts at exactly 0 (`zero_new_value_head`: Huang et al. 2023, "The N Implementation Details
+      of RLHF with PPO"; OpenRLHF draws it with std 1/(d+1), as near 0), so the first advantages are the returns
+      and not a fresh head's bias; VC-PPO (Yuan et al. 2025, arXiv:2503.01491) names value-initialisation bias as
+      a cause of PPO's collapse. An optional warm-up (`critic_warmup_rollouts`) trains the critic alone first.
+    - Logged per rollout: `ppo/adv_raw_mean`, `ppo/adv_raw_std` (before normalising), `ppo/adv_divisor` (what they
+      were divided by: 1 if not, 0 if zeroed), `ppo/value_mean` against `ppo/return_mean`,
+      `ppo/explained_variance`, `ppo/no_reward_variance` (its mean over a logging window is the share of rollouts
+      without reward variance); per step `ppo/vf_clipfrac`, `ppo/clipfrac`, `ppo/approx_kl`, `ppo/critic_warmup`.
+
     Example:
 
     ```python
@@ -332,7 +403,10 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
         critic_path = args.critic_model_name_or_path or get_config_model_id(self.model.config)
         init_kwargs = dict(args.model_init_kwargs or {})
         init_kwargs.setdefault("dtype", self.model.dtype)
-        critic = AutoModelForTokenClassification.from_pretrained(critic_path, num_labels=1, **init_kwargs)
+        critic, loading = AutoModelForTokenClassification.from_pretrained(
+            critic_path, num_labels=1, output_loading_info=True, **init_kwargs
+        )
+        zero_new_value_head(critic, loading["missing_keys"])
         critic.config.pad_token_id = self._tokenizer.pad_token_id
         disable_dropout_in_model(critic)
         if args.gradient_checkpointing:
@@ -391,24 +465,35 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
 
     # ---- 1. rollout: rewards, values, GAE -----------------------------------------------------------------------
     def _wants_sampled_logps(self) -> bool:
-        # log π_old, for the ratio of later epochs and for the KL penalty (see sampling.py); not when GRPOTrainer
-        # computes them anyway (off-policy steps or vLLM's importance-sampling correction).
-        return not self._trl_computes_old_logps(num_iterations=1)
+        # log π_old, for the ratio of every minibatch and epoch after the first and for the KL penalty (see
+        # sampling.py); not when GRPOTrainer computes them anyway for vLLM's importance-sampling correction.
+        return not (self.use_vllm and self.vllm_importance_sampling_correction)
+
+    @contextlib.contextmanager
+    def _rollout_looks_on_policy(self):
+        """While generation records log π_old, hide the rollout's minibatches and epochs from GRPOTrainer, which
+        would otherwise recompute the same log-probabilities with a forward pass over the whole rollout."""
+        epochs, minibatches = self.num_iterations, self.args.steps_per_generation
+        hide = self._wants_sampled_logps() and self._can_record()
+        if hide:
+            self.num_iterations, self.args.steps_per_generation = 1, self.args.gradient_accumulation_steps
+        try:
+            yield
+        finally:
+            self.num_iterations, self.args.steps_per_generation = epochs, minibatches
+
+    def _in_critic_warmup(self) -> bool:
+        return self._mode() == "train" and self.state.global_step < self.args.critic_warmup_steps
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        # With num_iterations > 1 GRPOTrainer runs a forward pass for log π_old; when generation records them,
-        # hide the epochs from it for this call so that it skips that pass.
         epochs = self.num_iterations
-        if self._can_record():
-            self.num_iterations = 1
-        try:
+        with self._rollout_looks_on_policy():
             out = super()._generate_and_score_completions(inputs)
-        finally:
-            self.num_iterations = epochs
         mode = self._mode()
         args: PPOConfig = self.args
         sampled = self._sampled_logps(out)
-        if out.get("old_per_token_logps") is None and (args.kl_coef > 0 or epochs > 1):
+        several_updates = epochs > 1 or self.args.steps_per_generation > self.args.gradient_accumulation_steps
+        if out.get("old_per_token_logps") is None and (args.kl_coef > 0 or several_updates):
             out["old_per_token_logps"] = sampled if sampled is not None else self._policy_logps(out, mode)
         metrics = self._metrics[mode]
         metrics["ppo/old_logps_recorded"].append(float(sampled is not None))
@@ -418,8 +503,13 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
         n_local, start = len(inputs), self.accelerator.process_index * len(inputs)
         rewards_per_func = self._last_rewards_per_func[start : start + n_local]
         scorable = ~torch.isnan(rewards_per_func).all(dim=1)
-        scores = (rewards_per_func * self.reward_weights.to(rewards_per_func.device)).nansum(dim=1)
+        weights = self.reward_weights.to(rewards_per_func.device)
+        scores = (rewards_per_func * weights).nansum(dim=1)
         mask = mask * scorable[:, None].to(mask.dtype)
+        # Whether the rollout's scores vary at all, over every process's completions (the rewards are gathered).
+        rollout_rewards = self._last_rewards_per_func
+        rollout_scores = (rollout_rewards * weights).nansum(dim=1)[~torch.isnan(rollout_rewards).all(dim=1)]
+        rewards_vary = rollout_scores.numel() > 1 and bool(rollout_scores.max() - rollout_scores.min() > 1e-8)
 
         with torch.no_grad():
             # Per-token rewards: -β (log π_old - log π_ref) on every token, + the score on the last valid one.
@@ -441,10 +531,20 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
                 else self.args.per_device_eval_batch_size
             )
             values = self._critic_values(self.accelerator.unwrap_model(self.critic), out, chunk) * mask
-            advantages, returns = masked_gae(token_rewards, values, mask, args.gamma, args.lam)
-            if args.whiten_advantages:
-                advantages = masked_whiten(advantages, mask)
+            raw_advantages, returns = masked_gae(token_rewards, values, mask, args.gamma, args.lam)
+            advantages, adv_stats = normalize_rollout_advantages(
+                raw_advantages,
+                mask,
+                args.advantage_normalization,
+                rewards_vary,
+                all_sum=lambda t: self.accelerator.reduce(t, reduction="sum"),
+            )
 
+        # Per rollout (logged with the first optimizer step that uses it).
+        metrics["ppo/adv_raw_mean"].append(adv_stats["mean"].item())
+        metrics["ppo/adv_raw_std"].append(adv_stats["std"].item())
+        metrics["ppo/adv_divisor"].append(adv_stats["divisor"].item())
+        metrics["ppo/no_reward_variance"].append(float(not rewards_vary))
         metrics["ppo/value_mean"].append(masked_mean(values, mask).item())
         metrics["ppo/return_mean"].append(masked_mean(returns, mask).item())
         metrics["ppo/explained_variance"].append(explained_variance(values, returns, mask))
@@ -475,6 +575,17 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
         vf_loss, vf_clipfrac = clipped_value_loss(
             values, inputs["old_values"], inputs["returns"], mask, args.cliprange_value
         )
+        metrics = self._metrics[mode]
+
+        def mean_over_processes(x: torch.Tensor) -> float:
+            return self.accelerator.gather(x.detach().reshape(1)).mean().item()
+
+        metrics["ppo/vf_loss"].append(mean_over_processes(vf_loss))
+        metrics["ppo/vf_clipfrac"].append(mean_over_processes(vf_clipfrac))
+        warmup = self._in_critic_warmup()
+        metrics["ppo/critic_warmup"].append(float(warmup))
+        if warmup:  # only the critic learns: the policy gets no gradient at all, so its optimizer skips it
+            return args.vf_coef * vf_loss / normalizer
         if mode == "train" and vf_loss.requires_grad:
             self.accelerator.backward(args.vf_coef * vf_loss / normalizer)
             vf_loss = vf_loss.detach()
@@ -492,13 +603,7 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
         entropy = masked_mean(entropies, mask)
         loss = pg_loss + args.vf_coef * vf_loss - args.entropy_coef * entropy
 
-        def mean_over_processes(x: torch.Tensor) -> float:
-            return self.accelerator.gather(x.detach().reshape(1)).mean().item()
-
-        metrics = self._metrics[mode]
         metrics["ppo/policy_loss"].append(mean_over_processes(pg_loss))
-        metrics["ppo/vf_loss"].append(mean_over_processes(vf_loss))
-        metrics["ppo/vf_clipfrac"].append(mean_over_processes(vf_clipfrac))
         metrics["ppo/clipfrac"].append(mean_over_processes(pg_stats["clipfrac"]))
         metrics["ppo/approx_kl"].append(mean_over_processes(pg_stats["approx_kl"]))
         metrics["entropy"].append(mean_over_processes(entropy))
@@ -569,3 +674,20 @@ def read_critic_weights(critic_dir: Path) -> dict[str, torch.Tensor]:
     for shard in sorted(set(index["weight_map"].values())):
         state.update(load_file(critic_dir / shard, device="cpu"))
     return state
+
+
+def zero_new_value_head(critic: torch.nn.Module, missing_keys: list[str]) -> None:
+    """Zero the critic's one-output head where the checkpoint had none (a policy checkpoint), so that V starts at
+    exactly 0. transformers' default init N(0, 0.02^2) on final-norm outputs of norm ~40 starts V far from the
+    returns ("The N Implementation Details of RLHF with PPO", Huang et al. 2023, zero-initialise the value head;
+    VC-PPO, arXiv:2503.01491, names value-initialisation bias as a cause of PPO's collapse)."""
+    head = getattr(critic, "score", None) or getattr(critic, "classifier", None)
+    if head is None:
+        raise ValueError(
+            f"{type(critic).__name__} has no `score` or `classifier` head to use as the value head"
+        )
+    prefix = next(name for name, module in critic.named_modules() if module is head)
+    if any(key.startswith(f"{prefix}.") for key in missing_keys):
+        with torch.no_grad():
+            for param in head.parameters():
+                param.zero_()

@@ -12,7 +12,10 @@
 - the log-prob temperature (`logprob_temperature` in their configs): the temperature the logits are divided by
   wherever log π is computed (the loss, log π_old, log π_ref, the recording). GRPOTrainer uses the sampling
   temperature; the seed experiment takes log π from the raw logits (T = 1) while it samples at 0.8;
-- `_mode()` ("train" or "eval") and `_loss_mask(batch)` (the completion tokens that count).
+- `_mode()` ("train" or "eval") and `_loss_mask(batch)` (the completion tokens that count);
+- a checkpoint taken inside a rollout (a generation batch that feeds several optimizer steps) keeps the rest of
+  it (`ROLLOUT_FILE`, one per process), so that resuming continues that rollout: GRPOTrainer would generate a new
+  one, sampling its prompts a second time, and its micro-step counter would start again at 0.
 
 tests/test_trl_seams.py pins the signatures of the GRPOTrainer methods overridden or called here.
 """
@@ -20,6 +23,7 @@ tests/test_trl_seams.py pins the signatures of the GRPOTrainer methods overridde
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,7 +33,9 @@ from trl.trainer.utils import add_fused_lm_head
 
 from .sampling import SampledLogprobs
 
-__all__ = ["GRPOSeamsMixin"]
+__all__ = ["ROLLOUT_FILE", "GRPOSeamsMixin"]
+
+ROLLOUT_FILE = "passk_rollout_rank{rank}.pt"  # in a checkpoint taken inside a rollout
 
 
 class GRPOSeamsMixin:
@@ -85,6 +91,28 @@ class GRPOSeamsMixin:
         """The completion tokens that count: GRPOTrainer's completion mask, without tool-result tokens."""
         mask = batch["completion_mask"]
         return mask * batch["tool_mask"] if "tool_mask" in batch else mask
+
+    # ---- checkpoints inside a rollout ---------------------------------------------------------------------------
+    def _inside_rollout(self) -> bool:
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        return self._buffered_inputs is not None and self._step % generate_every != 0
+
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if not self._inside_rollout():
+            return
+        checkpoint = Path(self._get_output_dir(trial=trial)) / f"checkpoint-{self.state.global_step}"
+        checkpoint.mkdir(parents=True, exist_ok=True)  # every process writes its own share of the rollout
+        rollout = {"step": self._step, "buffered_inputs": self._buffered_inputs}
+        torch.save(rollout, checkpoint / ROLLOUT_FILE.format(rank=self.accelerator.process_index))
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        super()._load_optimizer_and_scheduler(checkpoint)
+        path = Path(checkpoint or "") / ROLLOUT_FILE.format(rank=self.accelerator.process_index)
+        if checkpoint is not None and path.is_file():
+            # weights_only=False: the buffer holds GRPOTrainer's batch dicts; the file is this run's own.
+            rollout = torch.load(path, map_location=self.accelerator.device, weights_only=False)
+            self._step, self._buffered_inputs = rollout["step"], rollout["buffered_inputs"]
 
     # ---- log π recorded while sampling (see sampling.py) --------------------------------------------------------
     def _wants_sampled_logps(self) -> bool:
