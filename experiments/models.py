@@ -406,6 +406,7 @@ def _convert_parted(spec: PartedGGUF, out: Path) -> None:
         n_params = _convert_gguf(gguf, out, dtype=torch.bfloat16)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    stops = _stop_at_end_of_generation_tokens(out)
     _write_build_info(
         out,
         {
@@ -416,10 +417,32 @@ def _convert_parted(spec: PartedGGUF, out: Path) -> None:
             "dtype": "bfloat16",
             "dequantized": f"{spec.quantization} GGUF weights dequantized by transformers, then cast to bfloat16",
             "n_params": n_params,
+            "eos_token_ids": stops,
             "join_s": round(t_join, 1),
             "build_s": round(time.perf_counter() - t0, 1),
         },
     )
+
+
+# The token texts llama.cpp (src/llama-vocab.cpp) ends generation at besides the GGUF's eos id, a subset: the
+# runtime a GGUF is made for stops a Qwen2.5 answer at <|endoftext|> as well as at <|im_end|>.
+END_OF_GENERATION_TOKENS: tuple[str, ...] = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>")
+
+
+def _stop_at_end_of_generation_tokens(folder: Path) -> list[int]:
+    """Make the folder's generation config stop at every end-of-generation token its vocabulary has (the GGUF
+    names one eos id; transformers would otherwise sample on after an <|endoftext|>). Returns the ids."""
+    from transformers import AutoTokenizer, GenerationConfig
+
+    tok = AutoTokenizer.from_pretrained(folder)
+    config = GenerationConfig.from_pretrained(folder)
+    first = config.eos_token_id if isinstance(config.eos_token_id, int) else None
+    vocab = tok.get_vocab()
+    ids = [first] if first is not None else []
+    ids += [vocab[t] for t in END_OF_GENERATION_TOKENS if t in vocab and vocab[t] not in ids]
+    config.eos_token_id = ids
+    config.save_pretrained(folder)
+    return ids
 
 
 def model_source(path: str | os.PathLike[str]) -> dict[str, Any] | None:

@@ -176,7 +176,10 @@ def test_parts_are_joined_checked_and_converted_to_a_bf16_folder(parts, tiny_ggu
     ref_tok = AutoTokenizer.from_pretrained(src)
     text = 'def add(a, b):\n    """café"""\n    return a + b\n<|im_end|>'
     assert tok.encode(text) == ref_tok.encode(text)
-    assert tok.eos_token == models.EOS_TOKEN and model.generation_config.eos_token_id == tok.eos_token_id
+    # It stops where llama.cpp would: at the GGUF's eos and at <|endoftext|>.
+    stops = [tok.eos_token_id, tok.convert_tokens_to_ids(models.PAD_TOKEN)]
+    assert tok.eos_token == models.EOS_TOKEN and model.generation_config.eos_token_id == stops
+    assert info["eos_token_ids"] == stops
 
     # Cached: the second call builds nothing.
     stamp = (folder / "model.safetensors").stat().st_mtime_ns
