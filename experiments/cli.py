@@ -28,6 +28,7 @@ import shlex
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,9 +187,13 @@ def _print_config(exp: Any, cfg: Any, *, show_all: bool = False) -> None:
     own = [f.name for f in dataclasses.fields(ExperimentArgs)]
     # The defaults as TRL resolves them (its __post_init__ fills some in), on the CPU as --check parses; the
     # device keys against the class's own defaults.
-    baseline = plain(
-        type(cfg)(output_dir=str(cfg.output_dir), use_cpu=True, bf16=False, fp16=False).to_dict()
-    )
+    with warnings.catch_warnings():  # TRL's own default for the deprecated name, not the user's to fix
+        warnings.filterwarnings(
+            "ignore", message=r"`gradient_checkpointing\S*` is deprecated", category=FutureWarning
+        )
+        baseline = plain(
+            type(cfg)(output_dir=str(cfg.output_dir), use_cpu=True, bf16=False, fp16=False).to_dict()
+        )
     baseline.update(
         {f.name: plain(_field_default(f)) for f in dataclasses.fields(cfg) if f.name in DEVICE_KEYS}
     )
@@ -208,7 +213,10 @@ def _print_config(exp: Any, cfg: Any, *, show_all: bool = False) -> None:
     else:
         print(f"# {len(unchanged)} more {type(cfg).__name__} keys at their TRL / transformers defaults "
               "(--check --all lists them)")  # fmt: skip
-    hparams = ", ".join(f"{k}={v}" for k, v in method_hparams(exp.method, cfg).items())
+    values = method_hparams(exp.method, cfg)
+    # A config without the key takes log π at the sampling temperature (TRL's trainers): say where the value is from.
+    derived = {"logprob_temperature": "temperature"} if not hasattr(cfg, "logprob_temperature") else {}
+    hparams = ", ".join(f"{k}={v}" + (f" (= {derived[k]})" if k in derived else "") for k, v in values.items())
     print(f"# {exp.method} hyperparameters (METHODS): {hparams}")
     budget = f"{exp.budget_prompts} fresh prompts, " if exp.budget_prompts else ""
     print(f"# budget: {budget}max_steps {cfg.max_steps}, {cfg.num_generations} completions per prompt")
@@ -216,7 +224,8 @@ def _print_config(exp: Any, cfg: Any, *, show_all: bool = False) -> None:
         print("# sampling: top_k, min_p and repetition_penalty are read from the model's generation_config when it "
               "loads (recorded in run.json under sampling)")  # fmt: skip
     for key, reason in exp.not_applicable.items():
-        print(f"# not used by {exp.method}: {key} ({reason})")
+        own = f"; {exp.method} uses {key}={values[key]}, above" if key in values else ""
+        print(f"# not used by {exp.method}: the budget file's {key} ({reason}{own})")
     print(f"# OK: {exp.method} with {type(cfg).__name__}; nothing was loaded, no accelerator was touched")
 
 
@@ -296,25 +305,35 @@ def cmd_eval(argv: Sequence[str]) -> int:
 
     import torch
 
+    from experiments.train import library_output_to_run_log
+
+    with library_output_to_run_log() as run_log:  # the libraries' records to OUT's .log, off the console
+        return _evaluate(model, exp, ea, run_log, torch)
+
+
+def _evaluate(model: str, exp: ExperimentArgs, ea: EvalArgs, run_log: Any, torch: Any) -> int:
+    """`passk eval` once its arguments are parsed: the model is found before any data is touched."""
     from experiments.data import build_datasets
     from experiments.evaluation import evaluate_to_file
     from experiments.models import eval_generation_kwargs, load_model_and_tokenizer, model_sampling
 
-    if exp.num_threads and (ea.device == "cpu" or not torch.cuda.is_available()):
-        torch.set_num_threads(exp.num_threads)
-    train_rows, eval_rows = build_datasets(exp)
-    rows = eval_rows if ea.split == "eval" else train_rows
-    path = _model_folder(model, exp)
     device = torch.device("cuda" if ea.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if ea.device == "auto" else ea.device))  # fmt: skip
     dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
              "float32": torch.float32, "bfloat16": torch.bfloat16}.get(ea.dtype)  # fmt: skip
     if dtype is None:
         raise ConfigError(f"dtype: must be auto, float32 or bfloat16, got {ea.dtype!r}")
-    net, tokenizer = load_model_and_tokenizer(path, dtype, device)
+    if exp.num_threads and (ea.device == "cpu" or not torch.cuda.is_available()):
+        torch.set_num_threads(exp.num_threads)
+    path = _model_folder(model, exp)
+    train_rows, eval_rows = build_datasets(exp)
+    rows = eval_rows if ea.split == "eval" else train_rows
     out = Path(ea.out) if ea.out else (Path(path) / "eval.json" if Path(path).is_dir() and Path(model).is_dir()
                                        else Path("eval.json"))  # fmt: skip
     out.parent.mkdir(parents=True, exist_ok=True)
+    if run_log is not None:
+        run_log.open(out.with_suffix(".log"))
+    net, tokenizer = load_model_and_tokenizer(path, dtype, device)
     generation = eval_generation_kwargs(model_sampling(path)) if exp.model_generation_config else None
     data = evaluate_to_file(net, tokenizer, rows, exp, ea.seed, out, generation)
     data["model"] = str(path)
@@ -491,13 +510,19 @@ def cmd_demo(argv: Sequence[str]) -> int:
     # Build the shared warm-started model once, here, so every run finds it in the cache.
     exp, cfg = parse_config([config, "--method", methods[0], *overrides_for(methods[0], args)[0]])
     from experiments.train import setup_torch
-    from experiments.warm_start import resolve_base_model, warm_started_model
+    from experiments.warm_start import resolve_base_model, warm_start_cached, warm_started_model
 
     setup_torch(exp, cfg)
     base = resolve_base_model(exp)
     if exp.warm_start_steps:
-        print(f"passk demo: warm start ({exp.warm_start_steps} SFT steps, cached)", flush=True)
-        warm_started_model(base, exp.warm_start_steps, seed=exp.split_seed)
+        steps = exp.warm_start_steps
+        if warm_start_cached(base, steps, seed=exp.split_seed):
+            print(f"passk demo: warm start ({steps} SFT steps) from the cache", flush=True)
+        else:
+            print(
+                f"passk demo: building the warm start ({steps} SFT steps; cached for later runs)", flush=True
+            )
+        warm_started_model(base, steps, seed=exp.split_seed)
     try:
         report = compare(
             config, out, methods=methods, overrides=args, in_process=in_process, verbose=verbose, jobs=jobs

@@ -608,7 +608,7 @@ def _one_line(e: BaseException, fields: Sequence[str] = ()) -> str:
     if "bf16/gpu" in first:
         return (
             f"bf16: {first} On CPU set use_cpu: true, bf16: false, activation_checkpointing: false "
-            f"(the *_cpu configs do)."
+            f"(as experiments/configs/cpu.yaml does)."
         )
     if "generations per prompt" in first or "divisible by num_generations" in first:
         return f"num_generations: {first}"

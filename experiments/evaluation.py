@@ -780,11 +780,15 @@ def evaluate_model(
         raise RuntimeError(f"reward returned {len(scores)} scores for {len(flat_completions)} completions")
 
     problems: list[ProblemResult] = []
+    unscored: list[str] = []  # stdin/stdout problems whose prompt shows every case: nothing hidden to score
     pos = 0
     per_problem = n_samples + (1 if greedy else 0)
     for i, row in enumerate(rows):
         chunk = scores[pos : pos + per_problem]
         pos += per_problem
+        if stdio and all(s is None for s in chunk):
+            unscored.append(row[3])
+            continue
         if any(s is None for s in chunk):
             raise RuntimeError(f"reward returned None for {row[3]!r}, whose row has a test")
         sample_rewards = [float(s) for s in chunk[:n_samples]]
@@ -801,6 +805,11 @@ def evaluate_model(
             )
         )
 
+    if not problems:
+        raise ValueError(
+            f"reward_stdio_tests: every one of the {len(unscored)} evaluation problems shows all its cases in its "
+            "prompt, so none has a hidden case to score; use reward_stdio_tests: all or other problems"
+        )
     passk, greedy_est, avg = summarize(
         problems, ks, n_bootstrap=n_bootstrap, confidence=confidence, seed=seed
     )
@@ -824,6 +833,7 @@ def evaluate_model(
             "style": style,
             "batch_size": batch_size,
             **({"processes": processes} if processes > 1 else {}),
+            **({"unscored_all_cases_shown": unscored} if unscored else {}),
             **({"generation_kwargs": dict(generation_kwargs)} if generation_kwargs else {}),
         },
         confidence=confidence,

@@ -14,7 +14,8 @@ before any model is loaded, so a bad value costs a second, not a model load. The
 - `eval_after.json`: pass@k of the trained model, same settings and seed;
 - `sampled_prompts.jsonl`: the prompts, completions and tokens of every generation batch (experiments.budget);
 - `run.json`: config, seed, method, its hyperparameters (`method_hparams`), the budget counted (`budget`), the
-  sampling settings applied (`sampling`), wall time, tokens/s, versions.
+  sampling settings applied (`sampling`), wall time, tokens/s, versions;
+- `train.log`: what the libraries logged and warned, kept off the console (one line there follows the run).
 
 This module is the order of the run; each step's work has its own module: the rows (experiments.data,
 experiments.budget.scheduled_rows), the reward callables (experiments.reward_funcs), the starting model
@@ -315,20 +316,118 @@ def _check_resume_point(resume_from: str, cfg: Any) -> int:
     return step
 
 
+RUN_LOG = "train.log"  # in output_dir: what the libraries log and warn during a run
+PASSK_LOGGERS = ("passk", "experiments")  # the loggers whose records stay on the console
+
+
+class _PasskOnly(logging.Filter):
+    """A console handler's filter: passk's own records, and errors from anyone."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name.split(".")[0] in PASSK_LOGGERS or record.levelno >= logging.ERROR
+
+
+class _RunLog(logging.Handler):
+    """Holds the libraries' records until output_dir exists, then writes them, and the rest of the run's, to
+    `output_dir/train.log` (`open`)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.held: list[logging.LogRecord] = []
+        self.file: logging.Handler | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.file is not None:
+            self.file.handle(record)
+        else:
+            self.held.append(record)
+
+    def open(self, path: Path) -> None:
+        if self.file is not None:
+            return
+        self.file = logging.FileHandler(path, mode="a", encoding="utf-8")
+        self.file.setFormatter(
+            logging.Formatter("%(asctime)s %(name)s %(levelname)s: %(message)s", "%H:%M:%S")
+        )
+        for record in self.held:
+            self.file.handle(record)
+        self.held = []
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        super().close()
+
+
+@contextlib.contextmanager
+def library_output_to_run_log() -> Iterator[_RunLog | None]:
+    """The libraries' log records, warnings (gradient_checkpointing's FutureWarning, transformers' LOAD REPORT of
+    PPO's new value head) and progress bars (loading and writing weights, datasets) leave the console, whose lines
+    are then passk's own (progress, phases, errors); the records go to the run's log, `output_dir/train.log`, once
+    `open`ed there (the main process's). A run that `passk compare` started is left alone: all its output already
+    goes to its log file."""
+    from experiments.progress import PROGRESS_FD_ENV
+
+    if os.environ.get(PROGRESS_FD_ENV):
+        yield None
+        return
+    import datasets
+    import huggingface_hub.utils
+    import transformers
+
+    root = logging.getLogger()
+    consoles = [h for h in root.handlers if type(h) is logging.StreamHandler]
+    only = _PasskOnly()
+    main_rank = os.environ.get("RANK", "0") == "0"  # the others' library records are dropped
+    run_log = _RunLog() if main_rank else None
+    library = logging.getLogger("transformers")  # transformers writes to stderr itself, without propagating
+    saved = (
+        library.handlers[:],
+        library.propagate,
+        root.level,
+        transformers.utils.logging.is_progress_bar_enabled(),
+    )
+    for h in consoles:
+        h.addFilter(only)
+    if run_log is not None:
+        root.addHandler(run_log)
+        root.setLevel(min(root.level, logging.INFO) if root.level else logging.INFO)
+    library.handlers, library.propagate = [], True
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()  # bars for selecting 50 rows are noise next to the run's own line
+    huggingface_hub.utils.disable_progress_bars()
+    logging.captureWarnings(True)
+    try:
+        yield run_log
+    finally:
+        logging.captureWarnings(False)
+        library.handlers, library.propagate, root.level = saved[0], saved[1], saved[2]
+        if saved[3]:
+            transformers.utils.logging.enable_progress_bar()
+        if run_log is not None:
+            root.removeHandler(run_log)
+            run_log.close()
+        for h in consoles:
+            h.removeFilter(only)
+
+
 def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
     """Run one experiment from parsed configs; returns `output_dir`. See the module docstring.
 
-    `callbacks` are extra `transformers.TrainerCallback`s for the trainer (benchmarks use this for timing).
+    `callbacks` are extra `transformers.TrainerCallback`s for the trainer (benchmarks use this for timing). The
+    libraries' output goes to `output_dir/train.log` (`library_output_to_run_log`).
     """
+    with library_output_to_run_log() as run_log:
+        return _run(exp, cfg, callbacks, run_log)
+
+
+def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunLog | None) -> Path:
     from accelerate import PartialState
 
     from experiments.evaluation import evaluate_to_file, write_json
 
     t_start = time.time()
     setup_torch(exp, cfg)
-    import datasets
-
-    datasets.disable_progress_bars()  # bars for selecting 50 rows are noise next to the trainer's
     state = PartialState()
     out = Path(cfg.output_dir)
     check_output_dir(exp, cfg)  # an earlier run's files: refused unless overwrite or resume
@@ -357,6 +456,8 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
         shutil.rmtree(out)
     state.wait_for_everyone()
     out.mkdir(parents=True, exist_ok=True)
+    if run_log is not None and state.is_main_process:
+        run_log.open(out / RUN_LOG)
     label = out.name
     if resume_from and state.is_main_process:
         print(f"passk: resuming from {resume_from} (step {_checkpoint_step(resume_from)})", flush=True)

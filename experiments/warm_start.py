@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from experiments.config import ExperimentArgs
 
 __all__ = ["TASK_MODEL_KWARGS", "WARM_START_INFO", "WARM_START_STEPS", "resolve_base_model", "starting_model",
-           "task_model_path", "warm_start", "warm_started_model"]  # fmt: skip
+           "task_model_path", "warm_start", "warm_start_cached", "warm_started_model"]  # fmt: skip
 
 WARM_START_INFO = "passk_warm_start.json"  # written last: marks a complete cached warm start
 
@@ -142,6 +142,25 @@ def resolve_base_model(exp: ExperimentArgs) -> str:
     return resolve_model(exp.model)
 
 
+def _warm_start_dir(base: str, steps: int, seed: int, cache_dir: str | os.PathLike[str] | None) -> Path:
+    from experiments.models import cache_root
+
+    digest = hashlib.sha256()
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        f = Path(base) / name
+        if f.is_file():
+            digest.update(f.read_bytes())
+    key = hashlib.sha256(f"{digest.hexdigest()}:{steps}:{seed}".encode()).hexdigest()[:16]
+    return cache_root(cache_dir) / "warm_start" / f"learnable-{key}"
+
+
+def warm_start_cached(
+    base: str, steps: int, seed: int = 0, cache_dir: str | os.PathLike[str] | None = None
+) -> bool:
+    """Whether `warm_started_model(base, steps, seed)` is already built (it then only reads the cache)."""
+    return (_warm_start_dir(base, steps, seed, cache_dir) / WARM_START_INFO).is_file()
+
+
 def warm_started_model(
     base: str, steps: int, seed: int = 0, cache_dir: str | os.PathLike[str] | None = None
 ) -> str:
@@ -152,15 +171,9 @@ def warm_started_model(
     `experiments.models.build_cached`, so concurrent builders never see half a model. `cache_dir` defaults to
     $PASSK_CACHE or ~/.cache/passk.
     """
-    from experiments.models import build_cached, cache_root
+    from experiments.models import build_cached
 
-    digest = hashlib.sha256()
-    for name in ("config.json", "model.safetensors", "tokenizer.json"):
-        f = Path(base) / name
-        if f.is_file():
-            digest.update(f.read_bytes())
-    key = hashlib.sha256(f"{digest.hexdigest()}:{steps}:{seed}".encode()).hexdigest()[:16]
-    dest = cache_root(cache_dir) / "warm_start" / f"learnable-{key}"
+    dest = _warm_start_dir(base, steps, seed, cache_dir)
 
     def build(tmp: Path) -> None:
         warm_start(base, tmp, steps=steps, seed=seed)

@@ -509,3 +509,86 @@ def test_the_missing_key_warning_is_dropped_only_for_tied_weights(tiny_model_dir
     assert tied.filter(
         record("There were unexpected keys in the checkpoint model loaded: ['lm_head.weight'].")
     )
+
+
+@pytest.mark.slow
+def test_the_console_shows_passk_and_the_libraries_chatter_goes_to_the_run_log(
+    tmp_path: Path, passk_cache: Path, tiny_model_dir: Path
+) -> None:
+    """`passk train` (PPO: transformers reports its new value head as MISSING) prints passk's lines only: no
+    LOAD REPORT, FutureWarning or weight-loading bars; they are in output_dir/train.log. `--check` prints no
+    warning either."""
+    out = tmp_path / "run"
+    base = [
+        sys.executable,
+        "-m",
+        "experiments.cli",
+        "train",
+        "cpu",
+        "--method",
+        "ppo",
+        "--model",
+        str(tiny_model_dir),
+    ]
+    check = subprocess.run(
+        [*base, "--check"], capture_output=True, text=True, cwd=tmp_path, env=_env(passk_cache)
+    )
+    assert check.returncode == 0 and check.stderr == "", check.stderr
+    proc = subprocess.run([*base, "--n_eval", "2", "--output_dir", str(out)], capture_output=True, text=True,
+                          cwd=tmp_path, env=_env(passk_cache), timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    console = proc.stdout + proc.stderr
+    for chatter in ("LOAD REPORT", "MISSING", "FutureWarning", "Loading weights", "Writing model shards"):
+        assert chatter not in console, console
+    assert "run step 0/" in console and f"passk: run written to {out}" in console
+    log = (out / "train.log").read_text()
+    assert "LOAD REPORT" in log and "score.weight" in log and "FutureWarning" in log
+
+
+def test_passk_eval_checks_the_model_before_touching_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import experiments.data
+    from experiments.cli import main
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("data loaded before the model was checked")
+
+    monkeypatch.setattr(experiments.data, "build_datasets", no_data)
+    assert main(["eval", str(tmp_path / "no-such-model")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("passk: error: model ") and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_words_that_were_stale_say_what_is_true(
+    cached: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--check says where grpo's log-prob temperature comes from and that the file's is not used, without seeming
+    to contradict itself; the bf16 error names a config that exists; the demo says whether it builds the warm start
+    or reads it from the cache, before it does."""
+    from experiments import cli, warm_start
+    from experiments.config import _one_line
+
+    assert cli.main(["train", "seed", "--method", "grpo", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "logprob_temperature=0.8 (= temperature)" in out
+    assert ("# not used by grpo: the budget file's logprob_temperature (GRPOConfig has no such option; grpo uses "
+            "logprob_temperature=0.8, above)") in out  # fmt: skip
+
+    line = _one_line(ValueError("Your setup doesn't support bf16/gpu. You need to assign use_cpu."))
+    named = re.search(r"\(as (experiments/configs/\S+) does\)", line)
+    assert named and "*_cpu" not in line and "bf16: false" in (REPO / named.group(1)).read_text()
+
+    built = []
+    monkeypatch.setattr(warm_start, "warm_start_cached", lambda *a, **k: cached)
+    monkeypatch.setattr(warm_start, "warm_started_model", lambda *a, **k: built.append(1) or "warm")
+    monkeypatch.setattr(warm_start, "resolve_base_model", lambda exp: "base")
+    monkeypatch.setattr(cli, "compare", lambda config, out, **kw: out / "r.md")
+    assert cli.main(["demo", "--out", str(tmp_path)]) == 0
+    said = (
+        "warm start (95 SFT steps) from the cache"
+        if cached
+        else "building the warm start (95 SFT steps; cached"
+    )
+    assert f"passk demo: {said}" in capsys.readouterr().out and built == [1]

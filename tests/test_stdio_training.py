@@ -16,6 +16,7 @@ from experiments.config import ConfigError, parse_config
 from experiments.data import build_datasets, load_problems, problem_kind, to_rl_rows
 from experiments.errors import DataError
 from experiments.reward_funcs import build_reward_funcs
+from sandbox.formats import CODE_CONTESTS_SPLITS, read_tests
 
 DATA = Path(__file__).resolve().parent / "data"
 FORMATS = ("apps", "code_contests", "verification_info")
@@ -154,6 +155,20 @@ def test_evaluation_scores_stdio_rows_with_the_stdio_reward(kind, expected, solu
                                        n_bootstrap=10, progress=False)  # fmt: skip
     assert result.num_problems == 8
     assert result.pass_at_k["pass@1"].value == expected and result.greedy_pass_at_1.value == expected
+
+    # A problem whose prompt shows every case has nothing hidden to score: it is left out and named, not a crash.
+    first = rows[0]
+    cases = read_tests({k: v for k, v in first.items() if k != "prompt"}, None, splits=CODE_CONTESTS_SPLITS)
+    examples = "\n".join(f"Example input:\n{i}\nExample output:\n{o}" for i, o in cases.cases)
+    prompt = [
+        {**m, "content": m["content"] + "\n" + examples} if m["role"] == "user" else m
+        for m in first["prompt"]
+    ]
+    rows = rows.map(lambda row, i: {"prompt": prompt} if i == 0 else {}, with_indices=True)
+    result = evaluation.evaluate_model(Model(), Tokenizer(), rows, n_samples=2, ks=(1, 2), style="chat",
+                                       n_bootstrap=10, progress=False)  # fmt: skip
+    assert result.num_problems == 7 and result.settings["unscored_all_cases_shown"] == [first["task_id"]]
+    assert result.pass_at_k["pass@1"].value == expected
 
 
 @pytest.mark.slow
