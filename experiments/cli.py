@@ -7,6 +7,8 @@
                                                          parse and check the config, print it (passk's keys, then
                                                          what differs from TRL's defaults; --all: every key),
                                                          load nothing
+    passk train [CONFIG [--method M]] --help [--all]    the methods, budget files and keys with CONFIG's values
+                                                         (--all: TRL's every key too)
     passk eval MODEL [--config CONFIG] [--out FILE] [--key value ...]
                                                          pass@k of a model, run directory or checkpoint
     passk compare CONFIG [--methods all|a,b] [--out DIR] [--seed N | --seeds 0,1,2] [--key value ...]
@@ -121,9 +123,7 @@ def cmd_train(argv: Sequence[str]) -> int:
         raise CliError("train needs a CONFIG and a method: passk train CONFIG --method M [--key value ...] "
                        "(passk train --help)")  # fmt: skip
     if args[0] in ("-h", "--help"):
-        print(__doc__)
-        print("Keys: see ExperimentArgs in experiments/config.py and the method's config class "
-              "(`passk train CONFIG --help` lists them all).")  # fmt: skip
+        _print_train_help()
         return 0
     acc = _pop_flag(args, "accelerate_config")
     nproc = _pop_flag(args, "num_processes")
@@ -131,7 +131,7 @@ def cmd_train(argv: Sequence[str]) -> int:
     show_all = bool(_pop_flag(args, "all", has_value=False))
     args = _resolve_config(args)
     if "--help" in args or "-h" in args:
-        return _print_config_help(args)
+        return _print_config_help(args, show_all)
     if check:  # no accelerator is touched: a GPU config checks out on a CPU machine too
         _print_config(*parse_config(args, device_free=True), show_all=show_all)
         return 0
@@ -216,7 +216,9 @@ def _print_config(exp: Any, cfg: Any, *, show_all: bool = False) -> None:
     values = method_hparams(exp.method, cfg)
     # A config without the key takes log π at the sampling temperature (TRL's trainers): say where the value is from.
     derived = {"logprob_temperature": "temperature"} if not hasattr(cfg, "logprob_temperature") else {}
-    hparams = ", ".join(f"{k}={v}" + (f" (= {derived[k]})" if k in derived else "") for k, v in values.items())
+    hparams = ", ".join(
+        f"{k}={v}" + (f" (= {derived[k]})" if k in derived else "") for k, v in values.items()
+    )
     print(f"# {exp.method} hyperparameters (METHODS): {hparams}")
     budget = f"{exp.budget_prompts} fresh prompts, " if exp.budget_prompts else ""
     print(f"# budget: {budget}max_steps {cfg.max_steps}, {cfg.num_generations} completions per prompt")
@@ -229,11 +231,118 @@ def _print_config(exp: Any, cfg: Any, *, show_all: bool = False) -> None:
     print(f"# OK: {exp.method} with {type(cfg).__name__}; nothing was loaded, no accelerator was touched")
 
 
-def _print_config_help(args: list[str]) -> int:
+def _help_line(name: str, value: Any, text: str, width: int = 34) -> str:
+    """`  --name value   first sentence of the help` for the help screens."""
+    from enum import Enum
+
+    value = value.value if isinstance(value, Enum) else value
+    shown = json.dumps(value, default=str) if isinstance(value, list | dict) else str(value)
+    flag = f"  --{name} {shown}"
+    first = " ".join(str(text or "").split())
+    first = first.split(". ")[0].rstrip(".")
+    first = first if len(first) <= 100 else first[:99] + "…"
+    return f"{flag:<{width}} {first}" if len(flag) < width else f"{flag}\n{'':<{width}} {first}"
+
+
+def _methods_help() -> list[str]:
+    from experiments.trainers import METHODS
+
+    lines = ["Methods (--method, or --methods a,b for passk compare):"]
+    for name, spec in METHODS.items():
+        defining = ", ".join(f"{k}={v}" for k, v in spec.defaults.items()) or spec.paper.split(",")[0]
+        lines.append(f"  {name:<15} {spec.trainer_cls.__name__:<17} {defining}".rstrip())
+    return lines
+
+
+def _configs_help() -> list[str]:
+    from experiments.config import shipped_configs
+
+    lines = ["Budget files (CONFIG: a name below or a YAML path), shared by every method:"]
+    for path in shipped_configs():
+        first = next(
+            (ln.lstrip("# ").strip() for ln in path.read_text().splitlines() if ln.startswith("#")), ""
+        )
+        lines.append(f"  {path.stem:<18} {first[:90]}")
+    return lines
+
+
+def _passk_keys_help(exp: Any | None) -> list[str]:
+    """passk's own keys (ExperimentArgs): each with its value (a budget file's, when `exp` is parsed from one)."""
+    import dataclasses
+
+    lines = []
+    for f in dataclasses.fields(ExperimentArgs):
+        if not f.init:
+            continue
+        value = getattr(exp, f.name) if exp is not None else _field_default(f)
+        if f.name == "method" and value is None:
+            value = "M"
+        lines.append(_help_line(f.name, value, f.metadata.get("help", "")))
+    return lines
+
+
+def _print_train_help() -> None:
+    """`passk train --help`: the usage, the methods, the budget files and passk's own keys."""
+    print("usage: passk train CONFIG --method M [--key value ...]\n"
+          "       passk train CONFIG --method M --check [--all]   the resolved config; loads nothing\n"
+          "       passk train CONFIG [--method M] --help [--all]  the keys with CONFIG's values\n")  # fmt: skip
+    print("\n".join(_methods_help()), end="\n\n")
+    print("\n".join(_configs_help()), end="\n\n")
+    print(
+        "passk's keys (ExperimentArgs), at their defaults (a budget file sets its own; --key value overrides):"
+    )
+    print("\n".join(_passk_keys_help(None)))
+    print("\nThe trainer's keys (TRL's GRPOConfig / RLOOConfig and the methods' configs): "
+          "passk train CONFIG --method M --help [--all]")  # fmt: skip
+
+
+def _print_config_help(args: list[str], show_all: bool = False) -> int:
+    """`passk train CONFIG [--method M] --help [--all]`: passk's keys with CONFIG's values, then the method's own
+    hyperparameters and the trainer keys the file sets; with --all, TRL's every key with the values in force."""
+    import dataclasses
+
+    from experiments.config import PASSK_TRAINER_DEFAULTS, shipped_configs
+    from experiments.trainers import METHODS, PROCEDURE_OPTIONS
+
+    args = [a for a in args if a not in ("-h", "--help")]
+    name = Path(args[0]).stem if Path(args[0]).parent == shipped_configs()[0].parent else args[0]
     method = cli_value(args[1:], "method") or load_yaml(args[0]).get("method")
+    print(f"usage: passk train {name} --method M [--key value ...]\n")
     if not method:
-        raise CliError(f"{args[0]} sets no method; pass --method M --help")
-    parser = trl_parser_cls()((ExperimentArgs, method_spec(method).config_cls), prog="passk train CONFIG")
+        print("\n".join(_methods_help()), end="\n\n")
+        exp, _ = parse_config([*args, "--method", next(iter(METHODS))], device_free=True)
+        print(f"passk's keys (ExperimentArgs) with {name}'s values (--key value overrides):")
+        print("\n".join(_passk_keys_help(exp)))
+        print(f"\nThe trainer's keys depend on the method: passk train {name} --method M --help [--all]")
+        return 0
+    exp, cfg = parse_config(args, device_free=True)
+    spec = method_spec(exp.method)
+    fields = {f.name: f for f in dataclasses.fields(cfg) if f.init}
+    print(f"passk's keys (ExperimentArgs) with {name}'s values (--key value overrides):")
+    print("\n".join(_passk_keys_help(exp)))
+    own = [k for k in (*spec.hparams, *PROCEDURE_OPTIONS) if k in fields]
+    print(f"\n{exp.method}'s own hyperparameters ({spec.trainer_cls.__name__}; METHODS sets them, a budget file "
+          "cannot, --key value can):")  # fmt: skip
+    print("\n".join(_help_line(k, getattr(cfg, k), fields[k].metadata.get("help", "")) for k in own))
+    data = load_yaml(args[0])
+    set_here = [
+        k for k in fields if k not in own and (k in data or k in PASSK_TRAINER_DEFAULTS or k == "max_steps")
+    ]
+    print(f"\n{type(cfg).__name__} keys {name} or passk sets (max_steps: derived from budget_prompts):")
+    print("\n".join(_help_line(k, getattr(cfg, k), fields[k].metadata.get("help", "")) for k in set_here))
+    rest = len(fields) - len(own) - len(set_here)
+    if not show_all:
+        print(f"\n{rest} more {type(cfg).__name__} keys at TRL / transformers defaults: passk train {name} --method "
+              f"{exp.method} --help --all")  # fmt: skip
+        return 0
+    from experiments.config import to_dict
+
+    parser = trl_parser_cls()((ExperimentArgs, spec.config_cls), prog=f"passk train {name}")
+    resolved = {
+        k: v for k, v in to_dict(exp, cfg).items() if k in fields or k in ExperimentArgs.__dataclass_fields__
+    }
+    parser.set_defaults(**resolved)  # "(default: X)" shows the values in force, not the classes' own
+    print()
     parser.print_help()
     return 0
 

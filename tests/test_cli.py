@@ -592,3 +592,43 @@ def test_words_that_were_stale_say_what_is_true(
         else "building the warm start (95 SFT steps; cached"
     )
     assert f"passk demo: {said}" in capsys.readouterr().out and built == [1]
+
+
+def test_train_help_shows_the_methods_the_budget_files_values_and_passks_keys_first(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`passk train --help` names the methods, the budget files and passk's keys; `passk train cpu --help` works
+    without a method; with one, a screenful: passk's keys, the method's own and the file's, at the file's values
+    (not the classes' defaults); TRL's every key only with --all, at the values in force."""
+    from experiments.cli import main
+    from experiments.config import parse_config
+    from experiments.trainers import METHODS
+
+    cpu = yaml.safe_load((CONFIGS / "cpu.yaml").read_text())
+    assert main(["train", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"\n  {m} " in out for m in METHODS) and "\n  cpu " in out and "\n  --budget_prompts 0 " in out
+
+    assert main(["train", "cpu", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        all(f"\n  {m} " in out for m in METHODS) and f"\n  --budget_prompts {cpu['budget_prompts']} " in out
+    )
+
+    assert main(["train", "cpu", "--method", "grpo", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) < 120, len(out.splitlines())
+    assert out.index("passk's keys") < out.index("grpo's own hyperparameters") < out.index("GRPOConfig keys")
+    assert f"\n  --budget_prompts {cpu['budget_prompts']} " in out and "\n  --beta 0.04 " in out
+    assert (
+        f"\n  --learning_rate {cpu['learning_rate']:g} " in out
+        and f"\n  --save_steps {cpu['save_steps']} " in out
+    )
+    assert "--help --all" in out and "gradient_checkpointing" not in out  # TRL's other keys: on request
+
+    max_steps = parse_config([str(CONFIGS / "cpu.yaml"), "--method", "grpo"])[1].max_steps
+    assert main(["train", "cpu", "--method", "grpo", "--help", "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "--gradient_checkpointing" in out
+    after = out[out.index("  --max_steps MAX_STEPS") :]
+    assert f"(default: {max_steps})" in after[: after.index("\n  --", 3)]  # the budget's, not TRL's -1
