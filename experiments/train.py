@@ -218,8 +218,9 @@ def _at_generation_end(state: Any, period: int) -> bool:
 def save_at_generation_ends(period: int) -> Any:
     """A TrainerCallback that moves each `save_steps` checkpoint to the next end of a generation batch
     (`experiments.budget.generation_period`), so that a run resumed from any checkpoint samples exactly the prompts
-    an uninterrupted run would (TRL does not save the generation batch it is training on, and would sample it
-    again). With one optimizer step per generation batch (GRPO, REINFORCE) nothing moves."""
+    an uninterrupted run would (TRL's GRPOTrainer and RLOOTrainer do not save the generation batch they are
+    training on, and would sample it again; passk's trainers do, and get period 1). With one optimizer step per
+    generation batch nothing moves."""
     from transformers import TrainerCallback
 
     class SaveAtGenerationEnd(TrainerCallback):
@@ -510,7 +511,10 @@ def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunL
     previous = SampleLog.read(Path(resume_from) / CHECKPOINT_SAMPLES_FILE) if resume_from else []
     samples = SampleLog(trainer, previous)
     trainer.add_callback(samples.checkpoint_callback())
-    period = generation_period(cfg)
+    from experiments.trainers.seams import GRPOSeamsMixin
+
+    # passk's own trainers save the rest of a rollout in a checkpoint taken inside it; TRL's would sample it again.
+    period = 1 if isinstance(trainer, GRPOSeamsMixin) else generation_period(cfg)
     trainer.add_callback(save_at_generation_ends(period))
     attach(trainer, label)  # one live line on the console: step, reward, ETA
     tied = TiedWeightsLoaded(trainer.accelerator.unwrap_model(trainer.model))
