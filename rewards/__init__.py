@@ -55,11 +55,12 @@ from .code_rewards import (
     make_stdio_test_reward,
     make_unit_test_reward,
 )
-from .extraction import EXTRACT_FAILURE_REASONS, Extraction, completion_text, extract_code
+from .extraction import EXTRACT_FAILURE_REASONS, EXTRACT_RULES, Extraction, completion_text, extract_code
 from .metrics import FORGED_EXIT_FLAGS, STATUSES
 
 __all__ = [
     "EXTRACT_FAILURE_REASONS",
+    "EXTRACT_RULES",
     "FORGED_EXIT_FLAGS",
     "REWARDS",
     "STATUSES",

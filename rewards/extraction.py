@@ -16,8 +16,26 @@ conversational completions:
 * **Bare code** (no fence, starts at column 0): taken like a chat block if it parses and defines the entry
   point; otherwise it is prose (``no_code``).
 * **Garbage** scores 0.0 with a reason: ``empty``, ``no_code``, ``unbalanced_fence`` (an odd number of
-  ```` ``` ````), ``nul_byte``, ``bad_encoding`` (bytes that are not UTF-8, lone surrogates, or U+FFFD left by a
-  lossy byte decode) and ``no_signature`` (a block without the function and no code prompt to complete).
+  ```` ``` ```` that no rule below reads), ``nul_byte``, ``bad_encoding`` (bytes that are not UTF-8, lone
+  surrogates, or U+FFFD left by a lossy byte decode) and ``no_signature`` (a block without the function and no
+  code prompt to complete).
+
+What instruct models write, read as the field's harnesses read it (:data:`EXTRACT_RULES`; each rule that changed
+a reading is named in ``Extraction.rules``):
+
+* ``closing_fence``: given a raw code prompt, an instruct model continues the body, then writes a closing
+  ```` ``` ```` it never opened and prose. When the text before the first line-start fence continues the prompt
+  (its first code line is indented, or the prompt ends mid-line), that fence ends the code and the rest is
+  dropped, as the ``"\n```"`` stop sequence of bigcode-evaluation-harness's HumanEval task does (beside the
+  Codex paper's ``"\nclass"``, ``"\ndef"``, ``"\n#"``, ``"\nif"``, ``"\nprint"``, which the completion cut
+  covers); then the completion cut applies.
+* ``own_tests``: a block (or bare code) that defines the entry point loses the model's own test code, as
+  evalplus's ``sanitize`` does: imports, functions and classes stay, top-level assignments stay when a function
+  reads them; calls, prints, asserts, loops, ``if __name__ == "__main__":`` and unread assignments go. A whole
+  program (no entry point: stdio rows) keeps its top level.
+* ``open_fence``: a chat answer cut off by the token limit inside its ```` ```python ```` block (an odd number of
+  fences, the last opening a Python or untagged block) keeps that block up to its longest leading run of whole
+  lines that parses, as evalplus's ``code_extract`` keeps the longest parseable span; then ``own_tests``.
 
 Nothing here executes code; syntax errors of an extracted program are the sandbox's verdict.
 """
@@ -29,11 +47,12 @@ import io
 import re
 import textwrap
 import tokenize
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 __all__ = [
     "EXTRACT_FAILURE_REASONS",
+    "EXTRACT_RULES",
     "Extraction",
     "completion_text",
     "extract_code",
@@ -50,7 +69,11 @@ EXTRACT_FAILURE_REASONS: tuple[str, ...] = (
     "no_signature",
 )
 
+# The rules for what instruct models write (the module docstring says where each comes from).
+EXTRACT_RULES: tuple[str, ...] = ("closing_fence", "open_fence", "own_tests")
+
 _FENCE = "```"
+_LINE_FENCE_RE = re.compile(r"^[ \t]*```", re.MULTILINE)
 _PY_TAGS = frozenset({"python", "py", "python3", "py3", "pycon", "ipython"})
 _TAG_RE = re.compile(r"[A-Za-z0-9_+#.\-]*")
 _SKIP_TOKENS = frozenset(
@@ -76,6 +99,7 @@ class Extraction:
         style: ``"completion"``, ``"chat"`` or ``"bare"`` (how the completion was read).
         snippet: the model's own code (the continuation, or the chosen block) before the prompt was added.
         cut: True when trailing top-level code after the function was dropped.
+        rules: the instruct-answer rules of :data:`EXTRACT_RULES` that changed what was read, in order.
     """
 
     code: str
@@ -83,6 +107,7 @@ class Extraction:
     style: str
     snippet: str = ""
     cut: bool = False
+    rules: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -131,20 +156,49 @@ def _encoding_problem(text: str | bytes) -> tuple[str | None, str]:
     return None, text
 
 
-def _fenced_blocks(text: str) -> list[tuple[str, str]] | None:
-    """``[(tag, body), ...]`` for each fenced block, or None when the fences do not pair up."""
+def _split_block(raw: str) -> tuple[str, str, bool]:
+    """``(tag, body, has_info_line)`` of the text between two fences."""
+    first, nl, rest = raw.partition("\n")
+    tag = first.strip()
+    if nl and _TAG_RE.fullmatch(tag):
+        return tag.lower(), rest, True
+    return "", raw, False  # no info string: the opening line is already code (or the block is one line)
+
+
+def _fenced_blocks(text: str) -> tuple[list[tuple[str, str]], bool] | None:
+    """``([(tag, body), ...], open)`` for each fenced block, or None when the fences do not pair up.
+
+    An odd number of fences pairs up when the last one opens a code block (```` ```python ```` or a bare
+    ```` ``` ```` line) that the text ends inside, as an answer cut off by the token limit does: that block
+    runs to the end, trimmed to its longest prefix of whole lines that parses, and ``open`` is True.
+    """
     pieces = text.split(_FENCE)
-    if len(pieces) % 2 == 0:  # an odd number of fences
+    raws = pieces[1::2]
+    blocks = [_split_block(raw)[:2] for raw in raws]
+    if len(pieces) % 2 == 1:
+        return blocks, False
+    tag, body, info_line = _split_block(raws[-1])
+    if not info_line or (tag and tag not in _PY_TAGS):
         return None
-    blocks = []
-    for raw in pieces[1::2]:
-        first, nl, rest = raw.partition("\n")
-        tag = first.strip()
-        if nl and _TAG_RE.fullmatch(tag):
-            blocks.append((tag.lower(), rest))
-        else:  # no info string: the opening line is already code (or the block is one line)
-            blocks.append(("", raw))
-    return blocks
+    kept = _parseable_prefix(body)
+    if kept is None:
+        return None
+    blocks[-1] = (tag, kept)
+    return blocks, True
+
+
+def _parseable_prefix(code: str) -> str | None:
+    """The longest run of whole leading lines of ``code`` that parses (dedented), or None when none does.
+
+    evalplus's sanitizer (``code_extract``) keeps the longest span of lines that parses; a cut-off answer's
+    span starts where its block does, so only prefixes are tried.
+    """
+    lines = code.split("\n")
+    for end in range(len(lines), 0, -1):
+        candidate = "\n".join(lines[:end]).rstrip() + "\n"
+        if candidate.strip() and _parses(textwrap.dedent(candidate)):
+            return candidate
+    return None
 
 
 def _pick_block(blocks: list[tuple[str, str]]) -> str | None:
@@ -222,6 +276,52 @@ def _body_indent(prompt: str) -> str:
     return "    "
 
 
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
+
+
+def _bound_names(node: ast.stmt) -> set[str]:
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return {node.name}
+    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+    return {n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _drop_own_tests(code: str) -> str:
+    """``code`` without the model's own test code, after evalplus's sanitizer: the imports, functions and
+    classes stay, and the top-level assignments that a function or class uses (through the names it reads);
+    calls, prints, asserts, loops, ``if __name__ == "__main__":`` blocks and unused assignments (``result =
+    f(3)``) go. Unlike evalplus, no function is dropped: defining one runs nothing, and a test may call a helper.
+    Code that does not parse is returned as it is (the sandbox reports the error)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return code
+    assigns = (ast.Assign, ast.AnnAssign)
+    kept = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom, *_DEFINITIONS))]
+    binders: dict[str, list[ast.stmt]] = {}
+    for node in kept:
+        for name in _bound_names(node) if isinstance(node, assigns) else ():
+            binders.setdefault(name, []).append(node)
+    queue = [n for n in kept if isinstance(n, _DEFINITIONS) and not isinstance(n, assigns)]
+    used: set[ast.stmt] = set()
+    while queue:
+        node = queue.pop()
+        for name in {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}:
+            for binder in binders.pop(name, []):
+                used.add(binder)
+                queue.append(binder)
+    kept = [n for n in kept if not isinstance(n, assigns) or n in used]
+    if len(kept) == len(tree.body):
+        return code
+    lines = code.splitlines(keepends=True)
+    spans = []
+    for node in kept:
+        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        span = "".join(lines[start - 1 : node.end_lineno])
+        spans.append(span if span.endswith("\n") else span + "\n")
+    return "".join(spans)
+
+
 def _from_code(code: str, code_prompt: str | None, entry_point: str | None, style: str) -> Extraction:
     """A code block (or bare code): run it after the prompt, or complete the prompt's function with it."""
     if not code.strip():
@@ -233,7 +333,9 @@ def _from_code(code: str, code_prompt: str | None, entry_point: str | None, styl
         # blank whitespace-only lines, so it only runs when there is a margin to remove.)
         code = textwrap.dedent(code)
     if _defines(code, entry_point):
-        return Extraction(_join(code_prompt or "", code), "ok", style, code)
+        clean = _drop_own_tests(code) if entry_point else code  # a whole program (stdio) keeps its top level
+        rules = ("own_tests",) if clean != code else ()
+        return Extraction(_join(code_prompt or "", clean), "ok", style, clean, rules=rules)
     if not code_prompt:
         return Extraction("", "no_signature", style, code)
     if not indented and not re.search(r"^return\b", code, flags=re.MULTILINE):
@@ -288,15 +390,23 @@ def extract_code(
     text = _universal_newlines(text)
     prompt = _universal_newlines(prompt_code or "")
     prompt_code = prompt if prompt_code is not None else None
-    fenced = _FENCE in text
-    if fenced and style != "completion":
-        blocks = _fenced_blocks(text)
-        if blocks is None:
+    rules: tuple[str, ...] = ()
+    if style != "chat":
+        head = _before_closing_fence(text, prompt)
+        if head is not None:
+            text, rules = head, ("closing_fence",)
+    if _FENCE in text and style != "completion" and not rules:
+        found = _fenced_blocks(text)
+        if found is None:
             return Extraction("", "unbalanced_fence", "chat", text)
+        blocks, open_block = found
         block = _pick_block(blocks)
         if block is None:
             return Extraction("", "no_code", "chat", text)
-        return _from_code(block, prompt_code, entry_point, "chat")
+        ex = _from_code(block, prompt_code, entry_point, "chat")
+        if open_block and block is blocks[-1][1]:
+            ex = replace(ex, rules=("open_fence", *ex.rules))
+        return ex
     if style == "chat":
         if not _parses(text):
             return Extraction("", "no_code", "bare", text)
@@ -314,7 +424,38 @@ def extract_code(
                 return _from_code(text, prompt_code, entry_point, "bare")
             return Extraction("", "no_code", "completion", text)
     kept, cut = _cut_after_function(prompt, text)
-    return Extraction(prompt + kept, "ok", "completion", kept, cut)
+    return Extraction(prompt + kept, "ok", "completion", kept, cut, rules)
+
+
+def _before_closing_fence(text: str, prompt: str) -> str | None:
+    """The completion up to its first line-start fence outside a string, when that fence closes a block the
+    prompt never opened: the text before it continues the prompt's function (it is indented, or the prompt
+    ends mid-line). What follows is prose. None when the first fence opens a block (or there is none)."""
+    if not prompt:
+        return None
+    for match in _LINE_FENCE_RE.finditer(text):
+        head = text[: match.start()]
+        if _ends_inside_string(prompt + head):  # a fence inside a docstring is text, not markdown
+            continue
+        if not head.strip():
+            return None
+        if prompt.endswith("\n"):
+            first = _first_code_line(head)
+            if first is None or not first[:1].isspace():
+                return None
+        return head
+    return None
+
+
+def _ends_inside_string(code: str) -> bool:
+    try:
+        for _ in tokenize.generate_tokens(io.StringIO(code).readline):
+            pass
+    except tokenize.TokenError as e:
+        return "string" in str(e.args[0] if e.args else "")
+    except (IndentationError, SyntaxError):
+        return False
+    return False
 
 
 def has_implemented_function(ex: Extraction, entry_point: str | None) -> bool:

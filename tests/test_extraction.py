@@ -18,6 +18,10 @@ def problems() -> dict[str, dict]:
     return read_problems()
 
 
+def _statements(code: str, drop: type | tuple[type, ...] = ()) -> list[str]:
+    return [ast.dump(n) for n in ast.parse(code).body if not isinstance(n, drop)]
+
+
 def chat(content: str) -> list[dict[str, str]]:
     return [{"role": "assistant", "content": content}]
 
@@ -161,7 +165,10 @@ def test_canonical_solutions_as_chat_blocks(problems: dict[str, dict]) -> None:
     for task_id, p in problems.items():
         full = p["prompt"] + p["canonical_solution"]
         ex = extract_code(p["prompt"], chat(f"Here you go:\n```python\n{full}```\nDone."), p["entry_point"])
-        assert ex.ok and ex.snippet == full, task_id
+        assert ex.ok, task_id
+        if ex.snippet != full:  # only an assignment nothing reads (HumanEval/64's `FIX = """..."""`) goes
+            assert ex.rules == ("own_tests",), task_id
+            assert _statements(ex.snippet) == _statements(full, drop=ast.Assign), task_id
         ast.parse(ex.code)
         assert has_implemented_function(ex, p["entry_point"]), task_id
 
@@ -180,7 +187,9 @@ def test_canonical_solutions_as_chat_blocks(problems: dict[str, dict]) -> None:
         (chat("I would simply add them together, then return the sum."), "no_code"),
         ("# just a comment\n", "no_code"),
         ("```bash\nls\n```", "no_code"),
-        ("```python\ndef add(a, b):\n    return a + b\n", "unbalanced_fence"),
+        ("```python\n", "unbalanced_fence"),  # opened, nothing inside
+        ("```python\ndef add(a, b) return a +\n", "unbalanced_fence"),  # opened, no line of it parses
+        ("Sure:\n```bash\nls\n", "unbalanced_fence"),  # the open block is not Python
         ("```python\ndef add(a, b):\n    return a + b\n```\n```", "unbalanced_fence"),
         ("    return a + b\x00\n", "nul_byte"),
         (chat("```python\n    return a\x00\n```"), "nul_byte"),
@@ -226,3 +235,55 @@ def test_bad_style_raises() -> None:
 def test_has_implemented_function(completion: object, expected: bool) -> None:
     ex = extract_code(PROMPT, completion, "add")
     assert has_implemented_function(ex, "add") is expected
+
+
+# ---- what instruct models write (EXTRACT_RULES) -------------------------------------------------------------
+# The answers below are real: greedy answers of Qwen2.5-Coder-1.5B-Instruct (Q4_K_M, `qwen2.5-coder-1.5b`) to
+# the seed's eval problems, saved in benchmarks/results/seed_model/ (the prose is shortened where marked).
+
+# HumanEval/63, raw code prompt (the seed's protocol), whole: the body, its own check function and call, a
+# closing fence it never opened, prose, then <|endoftext|>.
+REAL_63 = (
+    "    if n == 0 or n == 1:\n"
+    "        return 0\n"
+    "    elif n == 2:\n"
+    "        return 1\n"
+    "    else:\n"
+    "        a, b, c = 0, 0, 1\n"
+    "        for _ in range(3, n + 1):\n"
+    "            a, b, c = b, c, a + b + c\n"
+    "        return c\n"
+    "\n"
+    "# Check function to verify the correctness of the solution\n"
+    "def check_fibfib():\n"
+    '    assert fibfib(1) == 0, "Test case 1 failed"\n'
+    '    assert fibfib(5) == 4, "Test case 2 failed"\n'
+    '    assert fibfib(8) == 24, "Test case 3 failed"\n'
+    '    print("All test cases passed!")\n'
+    "\n"
+    "check_fibfib()\n"
+    "```\n"
+    "\n"
+    "This code snippet defines a function `fibfib` that computes the n-th element of the FibFib number sequence efficiently using a loop. The function handles the base cases and uses a loop to calculate the sequence values. The `check_fibfib` function is used to verify the correctness of the `fibfib` function with provided data points."
+)
+
+
+def test_a_closing_fence_never_opened_ends_the_code(problems: dict[str, dict]) -> None:
+    p = problems["HumanEval/63"]
+    ex = extract_code(p["prompt"], REAL_63, p["entry_point"])
+    assert ex.ok and ex.style == "completion" and ex.rules == ("closing_fence",)
+    assert ex.cut  # then the completion cut drops the model's own check function and its call
+    assert ex.code == p["prompt"] + REAL_63.split("def check_fibfib")[0]
+    ast.parse(ex.code)
+    # The same text read as chat is still an unbalanced fence: only a continuation of the prompt is cut.
+    assert extract_code(p["prompt"], REAL_63, p["entry_point"], style="chat").reason == "unbalanced_fence"
+
+
+def test_a_fence_that_opens_a_block_or_sits_in_a_docstring_is_not_a_closing_fence() -> None:
+    opened = "Here it is:\n```python\ndef add(a, b):\n    return a + b\n```\n"
+    ex = extract_code(PROMPT, opened, "add")
+    assert ex.ok and ex.style == "chat" and "closing_fence" not in ex.rules
+    in_docstring = '    """\n    ```\n    add(1, 2)\n    ```\n    """\n    return a + b\n```\nIt adds.'
+    ex = extract_code(PROMPT, in_docstring, "add")
+    assert ex.rules == ("closing_fence",) and ex.code == PROMPT + in_docstring.split("```\nIt adds.")[0]
+    ast.parse(ex.code)

@@ -193,7 +193,7 @@ def test_garbage_scores_zero_with_the_reason_in_the_metrics() -> None:
         b"    return s + s  # \xff\xfe\n",
         "    return s + s  # \ud800\n",
         "    return s + s  # caf\ufffd\n",
-        "```python\ndef double(s):\n    return s + s\n",
+        "```python\ndef double(s) return s +\n",  # opened, no line parses (a parseable one is read: open_fence)
         "    return s + s\n",
     ]
     n = len(completions)
