@@ -23,6 +23,7 @@ trainer config), as in TRL's scripts.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -31,7 +32,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -559,14 +560,31 @@ def cmd_compare(argv: Sequence[str]) -> int:
     if bad:
         raise CliError(f"--seeds: {bad[0]!r} is not an integer")
     try:
-        report = compare(str(config_path(configs[0])), out, methods=parse_methods(opts["methods"]), seed=opts["seed"],
-                         seeds=seeds, overrides=overrides, in_process=opts["in_process"], verbose=opts["verbose"],
-                         jobs=opts["jobs"])  # fmt: skip
+        with _libraries_to(out / "logs" / PARENT_LOG):
+            report = compare(str(config_path(configs[0])), out, methods=parse_methods(opts["methods"]),
+                             seed=opts["seed"], seeds=seeds, overrides=overrides, in_process=opts["in_process"],
+                             verbose=opts["verbose"], jobs=opts["jobs"])  # fmt: skip
     except ComparisonInterrupted as stopped:
         print(compare_interrupted_message("compare", argv, out, stopped), file=sys.stderr)
         return 130
     print(f"passk: report written to {report}")
     return 0
+
+
+PARENT_LOG = "passk.log"  # in DIR/logs: what the libraries log in the passk compare / demo process itself
+
+
+@contextlib.contextmanager
+def _libraries_to(log: Path) -> Iterator[None]:
+    """The libraries' records, warnings and bars in this process (model builds, the warm start, matplotlib) go to
+    `log`, not the console (experiments.train.library_output_to_run_log)."""
+    from experiments.train import library_output_to_run_log
+
+    with library_output_to_run_log() as run_log:
+        if run_log is not None:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            run_log.open(log)
+        yield
 
 
 def _without(args: Sequence[str], *names: str) -> list[str]:
@@ -622,20 +640,26 @@ def cmd_demo(argv: Sequence[str]) -> int:
     from experiments.warm_start import resolve_base_model, warm_start_cached, warm_started_model
 
     setup_torch(exp, cfg)
-    base = resolve_base_model(exp)
-    if exp.warm_start_steps:
-        steps = exp.warm_start_steps
-        if warm_start_cached(base, steps, seed=exp.split_seed):
-            print(f"passk demo: warm start ({steps} SFT steps) from the cache", flush=True)
-        else:
-            print(
-                f"passk demo: building the warm start ({steps} SFT steps; cached for later runs)", flush=True
-            )
-        warm_started_model(base, steps, seed=exp.split_seed)
     try:
-        report = compare(
-            config, out, methods=methods, overrides=args, in_process=in_process, verbose=verbose, jobs=jobs
-        )
+        with _libraries_to(out / "logs" / PARENT_LOG):
+            base = resolve_base_model(exp)
+            if exp.warm_start_steps:
+                steps = exp.warm_start_steps
+                if warm_start_cached(base, steps, seed=exp.split_seed):
+                    print(f"passk demo: warm start ({steps} SFT steps) from the cache", flush=True)
+                else:
+                    print(f"passk demo: building the warm start ({steps} SFT steps; cached for later runs)",
+                          flush=True)  # fmt: skip
+                warm_started_model(base, steps, seed=exp.split_seed)
+            report = compare(
+                config,
+                out,
+                methods=methods,
+                overrides=args,
+                in_process=in_process,
+                verbose=verbose,
+                jobs=jobs,
+            )
     except ComparisonInterrupted as stopped:
         print(compare_interrupted_message("demo", argv, out, stopped), file=sys.stderr)
         return 130

@@ -632,3 +632,20 @@ def test_train_help_shows_the_methods_the_budget_files_values_and_passks_keys_fi
     assert "--gradient_checkpointing" in out
     after = out[out.index("  --max_steps MAX_STEPS") :]
     assert f"(default: {max_steps})" in after[: after.index("\n  --", 3)]  # the budget's, not TRL's -1
+
+
+@pytest.mark.slow
+def test_the_demo_console_shows_passk_only_while_it_builds_its_models(tmp_path: Path) -> None:
+    """`passk demo` on a fresh cache builds the task model and the warm start in its own process: their loading and
+    writing bars and datasets' map bars go to DIR/logs/passk.log, not the console."""
+    out = tmp_path / "demo"
+    env = {**_env(tmp_path / "fresh-cache"), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "experiments.cli", "demo", "--methods", "grpo", "--out", str(out), "--budget_prompts",
+           "8", "--eval_every_n_steps", "0", "--n_eval", "4"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    console = proc.stdout + proc.stderr
+    assert "passk demo: building the warm start (95 SFT steps; cached for later runs)" in console
+    for chatter in ("Loading weights", "Writing model shards", "Map:", "examples/s", "it/s]"):
+        assert chatter not in console, console
+    assert (out / "logs" / "passk.log").is_file() and (out / "report.md").is_file()
