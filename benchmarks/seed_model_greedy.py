@@ -28,6 +28,7 @@ def main() -> None:
     ap.add_argument("max_new_tokens", type=int)
     ap.add_argument("batch_size", type=int)
     ap.add_argument("--chat", type=int, default=0, help="chat template on the first N problems instead")
+    ap.add_argument("--instruction", default=None, help="chat request text (default: passk's)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     t0 = time.perf_counter()
@@ -38,7 +39,9 @@ def main() -> None:
     if args.chat:
         rows = rows.select(range(args.chat))
         texts = [
-            tok.apply_chat_template(chat_messages(p), tokenize=False, add_generation_prompt=True)
+            tok.apply_chat_template(
+                chat_messages(p, instruction=args.instruction), tokenize=False, add_generation_prompt=True
+            )
             for p in rows["prompt"]
         ]
     else:
@@ -80,6 +83,7 @@ def main() -> None:
         + " ".join(
             [args.model, args.out, str(args.max_new_tokens), str(args.batch_size)]
             + ([f"--chat {args.chat}"] if args.chat else [])
+            + ([f"--instruction {json.dumps(args.instruction)}"] if args.instruction else [])
         ),
         "model": args.model,
         "model_source": model_source(path),

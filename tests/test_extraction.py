@@ -287,3 +287,95 @@ def test_a_fence_that_opens_a_block_or_sits_in_a_docstring_is_not_a_closing_fenc
     ex = extract_code(PROMPT, in_docstring, "add")
     assert ex.rules == ("closing_fence",) and ex.code == PROMPT + in_docstring.split("```\nIt adds.")[0]
     ast.parse(ex.code)
+
+
+# Chat answers of Qwen2.5-Coder-0.5B-Instruct (`qwen2.5-coder-0.5b`) to "Complete the following Python function:"
+# around the code prompt, greedy, 256 new tokens (benchmarks/results/seed_model/greedy30_chat_style_0.5b.jsonl).
+# HumanEval/45, whole: the function and its own example call in one block.
+REAL_CHAT_45 = (
+    "To complete the `triangle_area` function, we need to calculate the area of a triangle given its length of one side and its height. The formula for the area of a triangle is:\n"
+    "\n"
+    "\\[ \\text{Area} = \\frac{1}{2} \\times \\text{base} \\times \\text{height} \\]\n"
+    "\n"
+    "Here's how you can implement this in Python:\n"
+    "\n"
+    "```python\n"
+    "def triangle_area(a, h):\n"
+    '    """Given length of a side and high return area for a triangle.\n'
+    "    >>> triangle_area(5, 3)\n"
+    "    7.5\n"
+    '    """\n'
+    "    return 0.5 * a * h\n"
+    "\n"
+    "# Example usage:\n"
+    "print(triangle_area(5, 3))  # Output: 7.5\n"
+    "```\n"
+    "\n"
+    "In this function, we simply multiply the length of the side by the height and then divide by 2 to get the area. The result is returned as a floating-point number."
+)
+
+# HumanEval/71, whole: cut off by the 256-token limit inside its block, in the middle of its own example call.
+REAL_CHAT_71 = (
+    "To complete the `triangle_area` function, we need to check if the given sides can form a valid triangle. A valid triangle has the following properties:\n"
+    "1. The sum of any two sides must be greater than the third side.\n"
+    "2. The triangle inequality theorem must be satisfied: `a + b > c`, `a + c > b`, and `b + c > a`.\n"
+    "\n"
+    "Here's how you can implement this function:\n"
+    "\n"
+    "```python\n"
+    "def triangle_area(a, b, c):\n"
+    "    # Check if the sides can form a valid triangle\n"
+    "    if a + b <= c or a + c <= b or b + c <= a:\n"
+    "        return -1\n"
+    "    \n"
+    "    # Calculate the semi-perimeter\n"
+    "    s = (a + b + c) / 2\n"
+    "    \n"
+    "    # Calculate the area using Heron's formula\n"
+    "    area = (s * (s - a) * (s - b) * (s - c)) ** 0.5\n"
+    "    \n"
+    "    # Round the area to 2 decimal points\n"
+    "    return round(area, 2)\n"
+    "\n"
+    "# Example usage:\n"
+    "print(triangle_area(3, 4, 5))  # Output: 6.00\n"
+    "print(triangle_area(1, 2, "
+)
+
+
+def test_a_blocks_own_test_code_is_dropped(problems: dict[str, dict]) -> None:
+    p = problems["HumanEval/45"]
+    ex = extract_code(p["prompt"], chat(REAL_CHAT_45), p["entry_point"])
+    assert ex.ok and ex.style == "chat" and ex.rules == ("own_tests",)
+    assert "print(" not in ex.snippet and ex.snippet.rstrip().endswith("return 0.5 * a * h")
+    assert ex.code.startswith(p["prompt"]) and has_implemented_function(ex, p["entry_point"])
+
+
+def test_own_tests_keeps_what_the_functions_read_and_whole_programs() -> None:
+    block = (
+        "import math\nTABLE = {1: 2}\nresult = add(1, 2)\n\n\n@staticmethod\ndef helper(x):\n    return TABLE[x]\n\n"
+        "def add(a, b):\n    return helper(a) + b\n\n"
+        "assert add(1, 2) == 4\nif __name__ == '__main__':\n    print(add(1, 2))\nfor i in range(3):\n    add(i, i)\n"
+    )
+    ex = extract_code(PROMPT, chat(f"```python\n{block}```"), "add")
+    assert ex.rules == ("own_tests",)
+    assert ex.snippet == (
+        "import math\nTABLE = {1: 2}\n@staticmethod\ndef helper(x):\n    return TABLE[x]\n"
+        "def add(a, b):\n    return helper(a) + b\n"
+    )
+    # A whole program (no entry point: a stdin/stdout row) keeps its top level.
+    program = "def solve(s):\n    return s[::-1]\n\nprint(solve(input()))\n"
+    whole = extract_code(None, chat(f"```python\n{program}```"), None)
+    assert whole.ok and whole.snippet == program and whole.rules == ()
+
+
+def test_a_chat_answer_cut_off_inside_its_fence_keeps_its_parseable_lines(problems: dict[str, dict]) -> None:
+    p = problems["HumanEval/71"]
+    assert REAL_CHAT_71.count("```") == 1  # opened, never closed
+    ex = extract_code(p["prompt"], chat(REAL_CHAT_71), p["entry_point"])
+    assert ex.ok and ex.style == "chat" and ex.rules == ("open_fence", "own_tests")
+    assert ex.snippet.rstrip().endswith("return round(area, 2)") and "print(" not in ex.snippet
+    ast.parse(ex.code)
+    # The same answer closed by the model would read the same.
+    closed = REAL_CHAT_71.rsplit("\n", 1)[0] + "\n```\n"
+    assert extract_code(p["prompt"], chat(closed), p["entry_point"]).code == ex.code
