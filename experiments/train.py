@@ -298,12 +298,19 @@ def _saved_step(checkpoint: str) -> int:
 
 
 def finished_run(out: str | os.PathLike, max_steps: int) -> bool:
-    """Whether `out` holds a run that trained its `max_steps` to the end (its run.json, written last, says so)."""
+    """Whether `out` holds a run that trained its `max_steps` to the end (its run.json, written last, says so); a
+    ConfigError when it trained more (a smaller budget than it ran with: resuming cannot keep that budget)."""
     try:
         record = json.loads((Path(out) / "run.json").read_text())
     except (OSError, ValueError):
         return False
-    return int(record.get("global_step") or 0) >= max_steps > 0
+    trained = int(record.get("global_step") or 0)
+    if max_steps > 0 and trained > max_steps:
+        raise ConfigError(
+            f"resume: {out} trained {trained} steps, past this run's max_steps {max_steps}; resume with the budget it "
+            "was started with (budget_prompts), or pass --overwrite to start again"
+        )
+    return trained >= max_steps > 0
 
 
 def _check_resume_point(resume_from: str, cfg: Any) -> int:

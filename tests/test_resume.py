@@ -255,3 +255,16 @@ def test_ctrl_c_in_a_comparison_saves_a_checkpoint_and_its_continue_command_fini
     assert sampled == [0, 2, 4, 6]  # each generation batch once: nothing sampled twice across the stop
     report = json.loads((out / "report.json").read_text())
     assert [(r["method"], r["fresh_prompts"]) for r in report["runs"]] == [("grpo", 8), ("reinforce", 8)]
+
+
+def test_a_finished_run_is_recognised_by_its_run_json_and_a_smaller_budget_is_refused(tmp_path: Path) -> None:
+    from experiments.config import ConfigError
+    from experiments.train import finished_run
+
+    (tmp_path / "run.json").write_text(json.dumps({"global_step": 6}))
+    assert finished_run(tmp_path, 6) and not finished_run(tmp_path, 8)  # 8: a larger budget continues it
+    assert not finished_run(tmp_path / "absent", 6)
+    with pytest.raises(
+        ConfigError, match=r"^resume: .* trained 6 steps, past this run's max_steps 4; resume with"
+    ):
+        finished_run(tmp_path, 4)
