@@ -68,6 +68,7 @@ def run_all(out: Path, model: str, per_device_batch: int, methods: list[str]) ->
             "--model", model, "--dataset", "learnable", "--n_train", "16", "--n_eval", "0",
             "--num_generations", "2", "--per_device_train_batch_size", str(per_device_batch),
             "--max_completion_length", "8", "--budget_prompts", "8", "--learning_rate", "0",
+            "--steps_per_generation", "1",  # PPO too: one step per generation batch, 2 batches for every method
             "--generation_kwargs", '{"do_sample": false}',
             "--reward_funcs", f"{Path(__file__).resolve()}:probe_reward",
             "--save_strategy", "no", "--save_model", "false", "--report_to", "none", "--disable_tqdm", "true",
@@ -83,6 +84,11 @@ def _calls(probe: Path) -> dict[int, list[tuple]]:
             entry = json.loads(line)
             by_call.setdefault(entry["call"], []).extend(tuple(r) for r in entry["rows"])
     return by_call
+
+
+def _logged(run_dir: Path, *keys: str) -> list[tuple[float, ...]]:
+    history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
+    return [tuple(h[k] for k in keys) for h in history if keys[0] in h]
 
 
 def _logged_rewards(run_dir: Path) -> list[float]:
@@ -128,6 +134,12 @@ def test_two_cpu_processes_gather_the_same_rewards_as_one(tmp_path: Path, tiny_m
         means = [sum(r[2] for r in calls1[c]) / GLOBAL_BATCH for c in sorted(calls1)]
         assert logged1 == pytest.approx(means[: len(logged1)], abs=1e-6), method
         assert len({r[2] for rows in calls1.values() for r in rows}) > 1, method  # rewards really vary
+        if (
+            method == "ppo"
+        ):  # advantages normalised over the whole rollout: both ranks use the global statistics
+            stats1, stats2 = (_logged(d / method, "ppo/adv_raw_std", "ppo/adv_divisor") for d in (one, two))
+            flat1, flat2 = ([v for row in stats for v in row] for stats in (stats1, stats2))
+            assert flat1 and flat2 == pytest.approx(flat1, rel=1e-5), (stats1, stats2)
 
 
 if __name__ == "__main__":

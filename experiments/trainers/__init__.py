@@ -32,9 +32,10 @@ Where the rows still coincide (all checked by tests/test_trainers.py where they 
   (the seed config: 1). At temperature 1 (the demo) that difference vanishes.
 
 Completions per prompt (`num_generations`): each config class holds its own lower bound, checked when it is
-built (and so when a config file is parsed): `PPOConfig` accepts 1, since its baseline is the critic; GRPO's and
-RLOO's configs, and `ReinforceConfig` (a GRPOConfig), need 2, since their advantages compare the completions of
-one prompt (a group or leave-one-out baseline, whitening per group).
+built (and so when a config file is parsed): `PPOConfig` accepts 1, since its baseline is the critic, and so does
+`ReinforceConfig` with no baseline or the batch mean (vanilla_pg, reinforce, reinforce_kl); GRPO's and RLOO's
+configs, and `ReinforceConfig` with a per-prompt baseline (group_mean, rloo), need 2, since their advantages compare
+the completions of one prompt.
 
 Every trainer takes GRPOTrainer's constructor (`model` path, `reward_funcs`, `args`, `train_dataset`,
 `processing_class`, ...), so the runner builds any of them the same way::

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate.utils import is_peft_model
+from accelerate.utils import is_peft_model, send_to_device
 from transformers import LogitsProcessorList
 from trl.trainer.utils import add_fused_lm_head
 
@@ -111,8 +111,9 @@ class GRPOSeamsMixin:
         path = Path(checkpoint or "") / ROLLOUT_FILE.format(rank=self.accelerator.process_index)
         if checkpoint is not None and path.is_file():
             # weights_only=False: the buffer holds GRPOTrainer's batch dicts; the file is this run's own.
-            rollout = torch.load(path, map_location=self.accelerator.device, weights_only=False)
-            self._step, self._buffered_inputs = rollout["step"], rollout["buffered_inputs"]
+            rollout = torch.load(path, map_location="cpu", weights_only=False)
+            self._step = rollout["step"]
+            self._buffered_inputs = send_to_device(rollout["buffered_inputs"], self.accelerator.device)
 
     # ---- log π recorded while sampling (see sampling.py) --------------------------------------------------------
     def _wants_sampled_logps(self) -> bool:
