@@ -138,7 +138,7 @@ def main() -> None:
             steps = trainer.state.global_step
             after = heldout_score(trainer.model, tokenizer, final_rows, **FINAL_EVAL)
             end = heldout_score(trainer.model, tokenizer, curve_rows, **CURVE_EVAL)
-            budget = {**log.totals(), "optimizer_steps": steps}
+            budget = {**log.totals(), "optimizer_steps": steps, **shape}  # the shape: the report's x-axis
             curve.points.append((budget["fresh_prompts"], end.rate, end.greedy_rate))
             gained, lost, p_greedy = greedy_sign_test(before, after)
             history = trainer.state.log_history
