@@ -90,9 +90,8 @@ CRITIC_DIR = "critic"  # inside every checkpoint and saved model folder
 CRITIC_OPTIMIZER = "optimizer.pt"
 CRITIC_SCHEDULER = "scheduler.pt"
 CRITIC_LR_SCALE = 3.0  # critic_learning_rate = CRITIC_LR_SCALE x learning_rate unless set (see PPOConfig)
-ROLLOUT_MINIBATCHES = (
-    4  # optimizer steps per rollout unless set (CleanRL's num_minibatches; verl: 1024 / 256)
-)
+# Optimizer steps per rollout unless set: CleanRL's num_minibatches, verl's 1024-prompt batch / 256-prompt minibatch.
+ROLLOUT_MINIBATCHES = 4
 
 
 @dataclass
@@ -350,6 +349,10 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
       were divided by: 1 if not, 0 if zeroed), `ppo/value_mean` against `ppo/return_mean`,
       `ppo/explained_variance`, `ppo/no_reward_variance` (its mean over a logging window is the share of rollouts
       without reward variance); per step `ppo/vf_clipfrac`, `ppo/clipfrac`, `ppo/approx_kl`, `ppo/critic_warmup`.
+
+    Known limit: until the critic has learned each prompt's value, a prompt whose completions all fail gets the
+    negative advantage of a rollout whose mean is higher (GRPO gives it 0). On SmolLM2 with a 60-prompt budget
+    this PPO still did not learn (benchmarks/results/smollm2/README.md); on the learnable task it does.
 
     Example:
 
