@@ -38,7 +38,7 @@ def _train(model: str, out: Path, passk_cache: Path) -> None:
     cmd = [
         sys.executable, "-m", "experiments.cli", "train", "demo", "--method", "ppo", "--model", model,
         "--warm_start_steps", "0", "--budget_prompts", "8", "--per_device_train_batch_size", "16",
-        "--num_generations", "4", "--n_train", "48",
+        "--num_generations", "4", "--n_train", "48", "--steps_per_generation", "1",  # 2 rollouts of one step
         "--n_eval", "24", "--eval_every_n_steps", "2", "--report_to", "none", "--output_dir", str(out),
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
