@@ -118,12 +118,19 @@ def test_max_steps_or_epochs(parsed) -> None:
 
 
 # ---- the generation batch: group size, prompts, processes -------------------------------------------------
-@pytest.mark.parametrize("method", ["grpo", "rloo", "reinforce", "vanilla_pg"])
+@pytest.mark.parametrize("method", ["grpo", "rloo", "reinforce_rloo"])
 def test_num_generations_needs_a_group_of_two(base_yaml: Path, method: str) -> None:
     """The bound is the config class's own, checked when the file is parsed: group baselines need 2."""
     parse_config([str(base_yaml), "--method", method, "--num_generations", "2"])
     with pytest.raises(ConfigError, match=r"^num_generations:"):
         parse_config([str(base_yaml), "--method", method, "--num_generations", "1"])
+
+
+@pytest.mark.parametrize("method", ["vanilla_pg", "reinforce", "reinforce_kl"])
+def test_no_baseline_or_a_batch_mean_takes_one_completion_per_prompt(base_yaml: Path, method: str) -> None:
+    """No baseline, or one mean over the batch, compares no completions of one prompt: a group of one is valid."""
+    _, cfg = parse_config([str(base_yaml), "--method", method, "--num_generations", "1"])
+    assert cfg.num_generations == 1
 
 
 def test_ppo_takes_one_completion_per_prompt(base_yaml: Path) -> None:
