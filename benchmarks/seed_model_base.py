@@ -1,0 +1,166 @@
+"""The seed's base-model row measured on its own model (issue 28 item 3): the seed split's 30 eval problems with
+n samples each (T 0.7, top-p 0.9, 256 new tokens, raw code prompts: the seed's protocol) plus greedy, and greedy
+pass@1 on the rest of HumanEval, so that greedy covers all 164 problems.
+
+    python benchmarks/seed_model_base.py qwen2.5-coder-1.5b benchmarks/results/seed_model/base_1.5b --n 20
+    python benchmarks/seed_model_base.py qwen2.5-coder-1.5b benchmarks/results/seed_model/base_1.5b --summary
+
+Resumable: each chunk of problems is written to OUT/chunks/ as it finishes and skipped when the command runs again
+(chunk i samples from seed + i). The dtype is the faster of bfloat16 and float32 in a timed decode step of this
+model on this host (`OUT/probe.json`). `--summary` merges the chunks into OUT/summary.json and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SEED_SPLIT = {"n_train": 50, "n_eval": 30, "seed": 0}  # seed.yaml: n_train, n_eval, split_seed
+SEED_PROTOCOL_N = 5  # the seed's evaluate_model(num_samples=5)
+
+
+def probe_dtype(path: str, threads: int) -> dict[str, Any]:
+    """Seconds per decode step (batch 21, after a 16-token prefill) in bfloat16 and float32; the faster wins."""
+    import torch
+
+    from experiments.models import load_model_and_tokenizer
+
+    torch.set_num_threads(threads)
+    seconds: dict[str, float] = {}
+    for name, dtype in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+        model, tok = load_model_and_tokenizer(path, dtype=dtype)
+        batch = tok(['def add(a, b):\n    """Add two numbers."""\n'] * 21, return_tensors="pt")
+        with torch.no_grad():
+            out = model(**batch, use_cache=True)
+            t0 = time.perf_counter()
+            for _ in range(6):
+                nxt = out.logits[:, -1:].argmax(-1)
+                out = model(input_ids=nxt, past_key_values=out.past_key_values, use_cache=True)
+            seconds[name] = (time.perf_counter() - t0) / 6
+        del model
+    return {"decode_step_s": seconds, "dtype": min(seconds, key=seconds.get), "threads": threads}
+
+
+def run_chunks(args: argparse.Namespace, out: Path) -> None:
+    import torch
+
+    from experiments.data import load_humaneval, split_dataset, to_rl_rows
+    from experiments.evaluation import evaluate_model
+    from experiments.models import load_model_and_tokenizer, model_source, resolve_model
+
+    path = resolve_model(args.model)
+    probe_file = out / "probe.json"
+    if not probe_file.exists():
+        probe_file.write_text(json.dumps(probe_dtype(path, args.threads), indent=2) + "\n")
+    probe = json.loads(probe_file.read_text())
+    torch.set_num_threads(args.threads)
+    model, tok = load_model_and_tokenizer(path, dtype=getattr(torch, probe["dtype"]))
+    (out / "source.json").write_text(
+        json.dumps({"model": args.model, "source": model_source(path)}, indent=2) + "\n"
+    )
+
+    full = load_humaneval()
+    split = split_dataset(full, SEED_SPLIT["n_train"], SEED_SPLIT["n_eval"], seed=SEED_SPLIT["seed"])
+    eval_ids = set(split["eval"]["task_id"])
+    rest = full.filter(lambda r: r["task_id"] not in eval_ids)
+    jobs = [("eval", to_rl_rows(split["eval"], style="completion"), args.n, args.chunk, args.batch_size),
+            ("rest", to_rl_rows(rest, style="completion"), 1, args.greedy_chunk, args.greedy_chunk)]  # fmt: skip
+    for part, rows, n, chunk, batch_size in jobs:
+        for i, start in enumerate(range(0, len(rows), chunk)):
+            file = out / "chunks" / f"{part}_{i:03d}.json"
+            if file.exists():
+                continue
+            t0, c0 = time.perf_counter(), time.process_time()
+            res = evaluate_model(
+                model, tok, rows.select(range(start, min(start + chunk, len(rows)))), n_samples=n,
+                ks=(1,), temperature=0.7, top_p=0.9, max_new_tokens=256, greedy=True, seed=args.seed + i,
+                batch_size=batch_size, style="completion", progress=False,
+            )  # fmt: skip
+            data = res.to_dict()
+            data["timing"].update(wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0)
+            file.parent.mkdir(parents=True, exist_ok=True)
+            file.write_text(json.dumps(data, indent=1) + "\n")
+            print(f"{part} chunk {i}: {res.num_problems} problems, {data['timing']['wall_s']:.0f} s wall, "
+                  f"{res.tokens_generated} tokens", flush=True)  # fmt: skip
+
+
+def summarize(out: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from experiments.evaluation import Estimate, pass_at_k_per_problem
+
+    def load(part: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        chunks = [json.loads(f.read_text()) for f in sorted((out / "chunks").glob(f"{part}_*.json"))]
+        return [p for c in chunks for p in c["problems"]], chunks
+
+    kw = {"n_bootstrap": 10_000, "confidence": 0.95, "seed": 0}
+    est = lambda v: Estimate.from_values(np.asarray(v, dtype=float), **kw).to_dict()  # noqa: E731
+    evals, eval_chunks = load("eval")
+    rest, rest_chunks = load("rest")
+    n = min(p["n"] for p in evals)
+    correct = [sum(r >= 1.0 for r in p["rewards"]) for p in evals]
+    first5 = [sum(r >= 1.0 for r in p["rewards"][:SEED_PROTOCOL_N]) for p in evals]
+    rows: dict[str, Any] = {
+        "seed_protocol": {  # the first 5 samples, scored as the seed scored them
+            "first_sample_pass@1": est([p["rewards"][0] >= 1.0 for p in evals]),
+            "pass@5_any_of_5": est([c > 0 for c in first5]),
+            "unbiased_pass@1_n5": est(pass_at_k_per_problem([5] * len(evals), first5, 1)),
+        },
+        f"n{n}": {
+            f"pass@{k}": est(pass_at_k_per_problem([n] * len(evals), correct, k))
+            for k in (1, 5, 10, n)
+            if k <= n
+        },
+        "greedy_pass@1_eval30": est([p["greedy_passed"] for p in evals]),
+        "greedy_pass@1_all164": est([p["greedy_passed"] for p in evals + rest]),
+    }
+    timing = {part: {"wall_s": sum(c["timing"]["wall_s"] for c in cs), "cpu_s": sum(c["timing"]["cpu_s"] for c in cs),
+                     "tokens": sum(c["tokens_generated"] for c in cs)}
+              for part, cs in (("eval", eval_chunks), ("rest", rest_chunks))}  # fmt: skip
+    summary = {
+        "model": args.model,
+        "source": json.loads((out / "source.json").read_text()),
+        "probe": json.loads((out / "probe.json").read_text()),
+        "problems": {"eval": len(evals), "rest": len(rest)},
+        "n": n,
+        "metrics": rows,
+        "timing": timing,
+        "truncated_samples_eval": sum(p["n_truncated"] for p in evals),
+        "host": {"machine": platform.machine(), "python": platform.python_version()},
+        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument("out")
+    ap.add_argument("--n", type=int, default=20, help="samples per eval problem (the first 5 are the seed's)")
+    ap.add_argument("--chunk", type=int, default=3, help="eval problems per saved chunk")
+    ap.add_argument(
+        "--greedy-chunk",
+        type=int,
+        default=16,
+        help="other problems per saved chunk and generate call (greedy + 1 sample)",
+    )
+    ap.add_argument("--batch-size", type=int, default=1, help="prompts per generate call")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--summary", action="store_true", help="only merge the chunks and print the table")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.summary:
+        run_chunks(args, out)
+    print(json.dumps(summarize(out, args)["metrics"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
