@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from experiments.trainers import METHODS
 
@@ -268,3 +269,66 @@ def test_a_finished_run_is_recognised_by_its_run_json_and_a_smaller_budget_is_re
         ConfigError, match=r"^resume: .* trained 6 steps, past this run's max_steps 4; resume with"
     ):
         finished_run(tmp_path, 4)
+
+
+def test_ppo_with_lora_resumes_its_lora_critic(
+    warm_task_model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With `use_peft`, PPO's critic is a LoRA too (the policy's adapter settings, its value head trained in full):
+    its checkpoint holds only the adapter and the head, and resuming from it equals an uninterrupted run."""
+    lora = ["--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--learning_rate", "1e-2"]
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    _run_counting_generations(monkeypatch, _argv("ppo", warm_task_model, straight, "--max_steps", "3",
+                                                 "--save_strategy", "no", *lora))  # fmt: skip
+    save = ["--save_strategy", "steps", "--save_steps", "2", *lora]
+    _run_counting_generations(monkeypatch, _argv("ppo", warm_task_model, resumed, "--max_steps", "2", *save))
+    critic_dir = resumed / "checkpoint-2" / "critic"
+    assert (critic_dir / "adapter_model.safetensors").is_file() and not (
+        critic_dir / "model.safetensors"
+    ).exists()
+    from safetensors.torch import load_file
+
+    keys = load_file(critic_dir / "adapter_model.safetensors").keys()
+    assert any("lora_A" in k for k in keys) and any(k.endswith("score.weight") for k in keys), sorted(keys)[
+        :5
+    ]
+    assert not any(k.endswith("q_proj.weight") and "lora" not in k for k in keys)  # no base weights
+    _run_counting_generations(
+        monkeypatch, _argv("ppo", warm_task_model, resumed, "--max_steps", "3", "--resume", "true", *save)
+    )
+    expected, got = _step(straight, 3), _step(resumed, 3)
+    assert expected["grad_norm"] > 0 and any(k.startswith("ppo/v") for k in expected), expected
+    assert got == expected
+
+
+def test_ppo_lora_critic_trains_only_its_adapter_and_head(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from peft import LoraConfig
+    from transformers import AutoTokenizer
+
+    import rewards
+    from experiments.tasks import train_rows
+    from experiments.trainers import build_config
+    from experiments.trainers.ppo import PPOTrainer
+
+    args = build_config("ppo", output_dir=str(tmp_path), use_cpu=True, bf16=False, activation_checkpointing=False,
+                        report_to="none", save_strategy="no", disable_tqdm=True, per_device_train_batch_size=8,
+                        num_generations=4, max_completion_length=8, learning_rate=1e-2, max_steps=2,
+                        seed=0)  # fmt: skip
+    trainer = PPOTrainer(
+        model=str(tiny_model_dir), reward_funcs=[rewards.unit_test_reward], args=args,
+        train_dataset=train_rows(64), processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"),
+    )  # fmt: skip
+    critic = trainer.accelerator.unwrap_model(trainer.critic)
+    trainable = {n for n, p in critic.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n or ".score." in n for n in trainable), sorted(trainable)
+    assert len({p for g in trainer.critic_optimizer.optimizer.param_groups for p in g["params"]}) == len(
+        trainable
+    )
+    head = [p for n, p in critic.named_parameters() if ".score." in n and p.requires_grad]
+    assert head and all(torch.count_nonzero(p) == 0 for p in head)  # the zeroed value head, under the adapter
+    before = {n: p.detach().clone() for n, p in critic.named_parameters()}
+    trainer.train()
+    after = dict(critic.named_parameters())
+    assert all(torch.equal(before[n], after[n]) for n in before if n not in trainable)  # base weights frozen
+    assert any(not torch.equal(before[n], after[n]) for n in trainable)

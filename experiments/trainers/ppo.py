@@ -22,6 +22,8 @@ is replicated under DDP and sharded under FSDP2; it is saved with every checkpoi
 full weights, optimizer and scheduler state, gathered across ranks when sharded) and restored by
 `train(resume_from_checkpoint=...)`. DeepSpeed is refused at construction: a second trainable model needs its
 own DeepSpeed engine, which is not built here (use FSDP2, `accelerate_configs/fsdp2.yaml`); so is FSDP v1.
+When the policy trains a LoRA (`peft_config`), the critic trains one too, with the same settings and its value
+head in full (`critic_lora_config`); its checkpoint then holds that adapter and head only.
 
 Memory. PPO holds what GRPO holds plus a reference model (for the KL penalty), the critic, its gradients and
 AdamW states; it must never hold anything more that grows with the batch:
@@ -58,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate.utils import gather
+from accelerate.utils import gather, is_peft_model
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -411,13 +413,20 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
         )
         zero_new_value_head(critic, loading["missing_keys"])
         critic.config.pad_token_id = self._tokenizer.pad_token_id
+        adapter = critic_lora_config(self.model, critic)
+        if adapter is not None:
+            if self.is_fsdp_enabled:
+                raise ValueError(_unsupported_message("FSDP2 with a LoRA critic"))
+            from peft import get_peft_model
+
+            critic = get_peft_model(critic, adapter)
         disable_dropout_in_model(critic)
         if args.gradient_checkpointing:
             critic.gradient_checkpointing_enable(
                 gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs
             )
         optimizer = torch.optim.AdamW(
-            critic.parameters(),
+            [p for p in critic.parameters() if p.requires_grad],
             lr=args.critic_lr,
             betas=(args.adam_beta1, args.adam_beta2),
             eps=args.adam_epsilon,
@@ -427,7 +436,9 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
         # accelerate (1.15) re-points the optimizer at FSDP2's sharded parameters by data pointer, which collides
         # for parameters with an empty shard on this rank (the one-output head on ranks > 0); the optimizer was
         # built on critic.parameters() in one group, and sharding keeps their order, so re-point it by position.
-        self.critic_optimizer.optimizer.param_groups[0]["params"] = list(self.critic.parameters())
+        self.critic_optimizer.optimizer.param_groups[0]["params"] = [
+            p for p in self.critic.parameters() if p.requires_grad
+        ]
         self.critic_scheduler = None  # built with the policy's, once the number of steps is known
         self.add_callback(_CriticOptimizerCallback(self))
         self._apply_logprob_temperature()
@@ -653,7 +664,14 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
             )
         # Every rank reads the full state (as the Trainer reads the policy's checkpoint) and keeps its shard.
         full = StateDictOptions(full_state_dict=True)
-        set_model_state_dict(self.critic, read_critic_weights(critic_dir), options=full)
+        if (critic_dir / "adapter_model.safetensors").is_file():  # a LoRA critic: its adapter and value head
+            from peft import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            weights = load_file(critic_dir / "adapter_model.safetensors", device="cpu")
+            set_peft_model_state_dict(self.accelerator.unwrap_model(self.critic), weights)
+        else:
+            set_model_state_dict(self.critic, read_critic_weights(critic_dir), options=full)
         if (critic_dir / CRITIC_OPTIMIZER).is_file():
             state = torch.load(critic_dir / CRITIC_OPTIMIZER, map_location="cpu", weights_only=True)
             if all(isinstance(k, int) for k in state["state"]):  # written by passk before name-keyed states
@@ -677,6 +695,20 @@ def read_critic_weights(critic_dir: Path) -> dict[str, torch.Tensor]:
     for shard in sorted(set(index["weight_map"].values())):
         state.update(load_file(critic_dir / shard, device="cpu"))
     return state
+
+
+def critic_lora_config(policy: torch.nn.Module, critic: torch.nn.Module) -> Any:
+    """The critic's LoRA when the policy trains one (TRL wraps it in a PeftModel for `peft_config`): the policy's
+    rank, alpha, dropout and adapted modules, with the value head trained in full; None for a fully trained policy.
+    A critic trained in full beside a LoRA policy would need the optimizer memory that LoRA was chosen to avoid."""
+    if not is_peft_model(policy):
+        return None
+    import copy
+
+    config = copy.deepcopy(policy.peft_config[policy.active_adapter])
+    config.task_type = "TOKEN_CLS"
+    config.modules_to_save = ["score" if hasattr(critic, "score") else "classifier"]
+    return config
 
 
 def zero_new_value_head(critic: torch.nn.Module, missing_keys: list[str]) -> None:
