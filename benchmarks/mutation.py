@@ -45,7 +45,7 @@ TARGETS: dict[str, dict] = {
         "after": ["tests/test_estimator_properties.py"],
     },
     "evaluation": {
-        "paths": ["experiments/evaluation.py"],
+        "paths": ["experiments/stats.py", "experiments/evaluation.py"],
         # The statistics and the scoring of evaluate_model; generation and the callback have their own tests.
         "definitions": [
             "pass_at_k",
@@ -67,7 +67,7 @@ TARGETS: dict[str, dict] = {
         "after": ["tests/test_statistics_meaning.py", "tests/test_estimator_properties.py"],
     },
     "report": {
-        "paths": ["experiments/report.py"],
+        "paths": ["experiments/report/analysis.py"],
         "definitions": [
             "_headline_k",
             "_first_passed",
@@ -93,6 +93,38 @@ TARGETS: dict[str, dict] = {
         "definitions": None,
         "before": ["tests/test_rewards.py", "tests/test_extraction.py", "tests/test_rewards_mapping.py"],
         "after": ["tests/test_rewards_workers.py"],
+    },
+    # Issue 32's modules: every mutant (--sample 0), each against its fast, sandbox-free tests (the stdio rewards
+    # start one small sandbox per run); the slower end-to-end files that also cover them are not run per mutant.
+    "formats": {
+        "paths": ["sandbox/formats.py"],
+        "definitions": None,
+        "before": [],
+        "after": ["tests/test_formats_shapes.py"],
+    },
+    "verdicts": {
+        "paths": ["sandbox/verdicts.py"],
+        "definitions": None,
+        "before": [],
+        "after": ["tests/test_verdicts_edges.py"],
+    },
+    "extraction": {
+        "paths": ["rewards/extraction.py"],
+        "definitions": None,
+        "before": ["tests/test_extraction.py"],
+        "after": ["tests/test_extraction_chat.py"],
+    },
+    "code_rewards": {
+        "paths": ["rewards/code_rewards.py"],
+        "definitions": None,
+        "before": [],
+        "after": ["tests/test_rewards_columns.py"],
+    },
+    "budget": {
+        "paths": ["experiments/budget.py"],
+        "definitions": None,
+        "before": [],
+        "after": ["tests/test_budget_edges.py"],
     },
     "sandbox_verdict": {
         "paths": ["sandbox/_zygote.py"],
@@ -141,6 +173,8 @@ def run_module(
     seed: int,
     only: set[str] | None,
     timeout: float,
+    part: tuple[int, int] = (1, 1),
+    equivalent: dict[str, str] | None = None,
 ) -> dict:
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
@@ -176,8 +210,12 @@ def run_module(
     pool = [c for r in results.values() for c in r["candidates"]]
     if only is not None:
         chosen = {k for k, _ in pool if k in only}
+    elif sample <= 0:  # every candidate
+        chosen = {k for k, _ in pool}
     else:
         chosen = {k for k, _ in random.Random(seed).sample(pool, min(sample, len(pool)))}
+    k, n = part  # part k of n: every n-th of the chosen keys in sorted order, from the k-th
+    chosen = set(sorted(chosen)[k - 1 :: n])
     survivors, killed, timeouts, n_run = [], 0, 0, 0
     t0 = time.time()
     for path, r in results.items():
@@ -205,19 +243,24 @@ def run_module(
                     result.test_outcome == TestOutcome.SURVIVED
                     and result.worker_outcome == WorkerOutcome.NORMAL
                 ):
-                    survivors.append(
-                        {
-                            "key": spec_key(m),
-                            "definition": m.definition_name,
-                            "operator": m.operator_name,
-                            "diff": result.diff,
-                        }
-                    )
+                    survivor = {
+                        "key": spec_key(m),
+                        "definition": m.definition_name,
+                        "operator": m.operator_name,
+                        "diff": result.diff,
+                    }
+                    if equivalent and spec_key(m) in equivalent:
+                        survivor["equivalent"] = equivalent[spec_key(m)]
+                    survivors.append(survivor)
                 else:
                     killed += 1
+    n_equivalent = sum(1 for s in survivors if "equivalent" in s)
     return {
+        "part": f"{k}/{n}",
         "sampled": n_run,
         "killed": killed,
+        "equivalent": n_equivalent,  # survivors no test can tell from the original (never counted as killed)
+        "score_non_equivalent": killed / (n_run - n_equivalent) if n_run > n_equivalent else None,
         "timeouts": timeouts,
         "survived": len(survivors),
         "score": killed / n_run if n_run else None,
@@ -242,7 +285,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--definitions", nargs="*", help="mutate only these functions (overrides the module's list)"
     )
-    p.add_argument("--sample", type=int, default=12, help="mutants drawn per module")
+    p.add_argument("--sample", type=int, default=12, help="mutants drawn per module (0: every candidate)")
+    p.add_argument("--part", default="1/1", help="K/N: run only every N-th chosen mutant from the K-th")
+    p.add_argument(
+        "--equivalent",
+        type=Path,
+        help='JSON {"<module>": {"<mutant key>": "why it is equivalent"}}: such survivors are marked, not killed',
+    )
     p.add_argument("--seed", type=int, default=17)
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per mutant's test run")
     p.add_argument(
@@ -258,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     previous = json.loads(args.only_survivors_of.read_text()) if args.only_survivors_of else None
+    equivalent = json.loads(args.equivalent.read_text()) if args.equivalent else {}
+    part = tuple(int(x) for x in args.part.split("/"))
     out: dict = {
         "ref": args.ref,
         "tests": args.tests,
@@ -283,7 +334,16 @@ def main(argv: list[str] | None = None) -> int:
             if previous is not None:
                 only = {s["key"] for s in previous["modules"].get(name, {}).get("survivors", [])}
             res = run_module(
-                name, target, tree, tests, sample=args.sample, seed=args.seed, only=only, timeout=args.timeout
+                name,
+                target,
+                tree,
+                tests,
+                sample=args.sample,
+                seed=args.seed,
+                only=only,
+                timeout=args.timeout,
+                part=part,
+                equivalent=equivalent.get(name, {}),
             )
             if previous is not None and name in previous["modules"]:
                 before = previous["modules"][name]

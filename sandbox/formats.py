@@ -199,7 +199,7 @@ def _verification_info(row: Mapping[str, Any]) -> StdioTests | CallTests | None:
     info = _json(row.get("verification_info"), "verification_info")
     if info is None:
         return None
-    if not isinstance(info, dict) or not isinstance(info.get("test_cases", []), list):
+    if not isinstance(info, dict) or not isinstance(info.get("test_cases") or [], list):
         raise ValueError('verification_info must hold {"test_cases": [...]}')
     language = str(info.get("language") or "python").lower()
     if not language.startswith("python"):
