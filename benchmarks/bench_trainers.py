@@ -3,6 +3,8 @@
     python benchmarks/bench_trainers.py                       # 7 methods + grpo(beta) baseline, 3 rounds
     python benchmarks/bench_trainers.py --rounds 1 --steps 6 --methods grpo ppo
     python benchmarks/bench_trainers.py --hidden 256 --layers 4 --out runs/bench_trainers.json
+    python benchmarks/bench_trainers.py --model-name qwen2.5-coder-1.5b --lora 16 --data humaneval --dtype bfloat16 \
+        --batch 2 --generations 2 --completion 40 --rounds 1 --steps 3 --ppo-steps 10 --threads 2   # the seed shape
 
 Every (round, method) runs in a fresh subprocess, so peak memory is that method's alone; rounds interleave the
 methods, so a change in machine load hits all of them alike, and each ratio is taken against GRPO *of the same
@@ -12,7 +14,11 @@ forward/backward, optimizer) after `--warmup` steps; it is a mean, not a median,
 of the process minus its size just before the trainer is built (model, reference, critic, optimizer states,
 activations), sampled every 2 ms.
 
-The model is a randomly initialised task-sized Qwen2 (its completions never stop early, so every method generates
+`--model-name` times a real model instead (a passk model name or folder, e.g. the seed's model, with `--lora R`
+on every linear layer, `--data humaneval` the seed split's 50 training problems as raw code prompts); its
+completions stop at EOS, so each run also reports its mean completion length.
+
+By default the model is a randomly initialised task-sized Qwen2 (its completions never stop early, so every method generates
 exactly `--completion` tokens) rewarded by `rewards.unit_test_reward`. Targets: the REINFORCE family within 1.05x
 of GRPO in time and memory; PPO within 1.8x in time and 2.2x in memory. Methods that load a reference model
 (`reinforce_kl`, `ppo`, `rloo`) are also compared with GRPO at beta = 0.05, which loads one too ("GRPO(b)"), and
@@ -96,7 +102,19 @@ def worker(args: argparse.Namespace) -> dict:
 
     method, overrides = VARIANTS[args.worker]
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    dataset = train_rows(2000)
+    if args.data == "humaneval":
+        from experiments.data import load_humaneval, split_dataset, to_rl_rows
+
+        dataset = to_rl_rows(split_dataset(load_humaneval(), 50, 30, seed=0)["train"], style="completion")
+    else:
+        dataset = train_rows(2000)
+    peft_config = None
+    if args.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(
+            r=args.lora, lora_alpha=2 * args.lora, lora_dropout=0.05, target_modules="all-linear"
+        )
     config = build_config(
         method,
         output_dir=tempfile.mkdtemp(prefix=f"bench-{args.worker}-"),
@@ -111,8 +129,9 @@ def worker(args: argparse.Namespace) -> dict:
         num_generations=args.generations,
         max_completion_length=args.completion,
         learning_rate=1e-5,
-        max_steps=args.steps,
+        max_steps=args.ppo_steps if method == "ppo" and args.ppo_steps else args.steps,
         seed=args.seed,
+        model_init_kwargs={"dtype": getattr(torch, args.dtype)},
         **overrides,
     )
 
@@ -129,7 +148,7 @@ def worker(args: argparse.Namespace) -> dict:
 
     # Warm up everything the trainer touches lazily (sandbox client, reward module, TRL internals), so that the
     # memory baseline below does not charge imports to whichever method happens to trigger them.
-    row = dataset[0]
+    row = train_rows(1)[0]
     rewards.unit_test_reward.score(prompts=[row["prompt"]], completions=[row["canonical_solution"]],
                                    test=[row["test"]], entry_point=[row["entry_point"]])  # fmt: skip
     gc.collect()
@@ -149,6 +168,7 @@ def worker(args: argparse.Namespace) -> dict:
         train_dataset=dataset,
         processing_class=tokenizer,
         callbacks=[StepTimer()],
+        **({"peft_config": peft_config} if peft_config else {}),
     )
     trainer.remove_callback(PrinterCallback)
     trainer.train()
@@ -172,6 +192,7 @@ def run_variant(args: argparse.Namespace, variant: str, model: str) -> dict:
             sys.executable, __file__, "--worker", variant, "--json-out", out.name, "--model", model,
             "--steps", str(args.steps), "--batch", str(args.batch), "--generations", str(args.generations),
             "--completion", str(args.completion), "--seed", str(args.seed), "--threads", str(args.threads),
+            "--lora", str(args.lora), "--data", args.data, "--dtype", args.dtype, "--ppo-steps", str(args.ppo_steps),
         ]  # fmt: skip
         env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT))
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -211,6 +232,9 @@ def summarize(runs: list[dict], warmup: int) -> dict:
             "peak_mib": med(mems) / 2**20,
             **{k: (med(x) if x else None) for k, x in ratios.items()},
             "rounds": len(times),
+            "mean_completion_length": med(
+                [by[(rd, v)]["mean_completion_length"] or 0.0 for rd in rounds if (rd, v) in by]
+            ),  # fmt: skip
         }
     return summary
 
@@ -253,6 +277,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="write runs and summary as JSON here")
+    parser.add_argument(
+        "--model-name", default=None, help="a passk model name or folder (default: a random one)"
+    )
+    parser.add_argument("--lora", type=int, default=0, help="LoRA rank on every linear layer (0: train all)")
+    parser.add_argument("--data", choices=["task", "humaneval"], default="task")
+    parser.add_argument(
+        "--dtype", choices=["float32", "bfloat16"], default="float32", help="the model's weights"
+    )
+    parser.add_argument("--ppo-steps", type=int, default=0,
+                        help="PPO's steps (0: --steps); whole rollouts after --warmup, as it generates once a rollout")  # fmt: skip
     parser.add_argument("--model", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--json-out", default=None, help=argparse.SUPPRESS)
@@ -262,9 +296,14 @@ def main() -> None:
         Path(args.json_out).write_text(json.dumps(worker(args)))
         return
 
-    from experiments.warm_start import task_model_path
+    if args.model_name:
+        from experiments.models import resolve_model
 
-    model = str(task_model_path(seed=args.seed, hidden_size=args.hidden, num_layers=args.layers))
+        model = resolve_model(args.model_name)
+    else:
+        from experiments.warm_start import task_model_path
+
+        model = str(task_model_path(seed=args.seed, hidden_size=args.hidden, num_layers=args.layers))
     methods = ["grpo", *[m for m in args.methods if m != "grpo"]]
     runs = []
     for rd in range(args.rounds):
@@ -274,7 +313,8 @@ def main() -> None:
             runs.append(result)
             mean = statistics.fmean(result["step_times"][args.warmup :])
             print(
-                f"round {rd} {variant:<16} {mean:.3f} s/step  peak +{result['peak_bytes'] / 2**20:.1f} MiB",
+                f"round {rd} {variant:<16} {mean:.3f} s/step  peak +{result['peak_bytes'] / 2**20:.1f} MiB  "
+                f"{result['mean_completion_length'] or 0:.1f} tokens/completion",
                 flush=True,
             )
     summary = summarize(runs, args.warmup)
@@ -282,7 +322,7 @@ def main() -> None:
     print_table(summary)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        settings = {k: v for k, v in vars(args).items() if k not in ("worker", "json_out", "out")}
+        settings = {k: v for k, v in vars(args).items() if k not in ("worker", "json_out", "out", "model")}
         args.out.write_text(
             json.dumps({"settings": settings, "summary": summary, "runs": runs}, indent=1, default=str)
         )
