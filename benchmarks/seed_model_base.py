@@ -92,7 +92,7 @@ def run_chunks(args: argparse.Namespace, out: Path) -> None:
 
 
 def summarize(out: Path, args: argparse.Namespace) -> dict[str, Any]:
-    from experiments.evaluation import Estimate, pass_at_k_per_problem
+    from experiments.stats import Estimate, pass_at_k_per_problem
 
     def load(part: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         chunks = [json.loads(f.read_text()) for f in sorted((out / "chunks").glob(f"{part}_*.json"))]

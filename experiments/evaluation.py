@@ -1,13 +1,6 @@
-"""Pass@k evaluation of code LLMs: unbiased estimator, bootstrap CIs, generation + unit-test scoring, and a
-training callback.
+"""Pass@k evaluation of code LLMs: generation, unit-test scoring and a training callback (the statistics, pass@k,
+the bootstrap and the result containers, live in `experiments.stats`).
 
-- `pass_at_k(n, c, k)` is the unbiased estimator of Chen et al. 2021 ("Evaluating Large Language Models Trained
-  on Code", arXiv:2107.03374): 1 - C(n-c, k) / C(n, k), computed as a running product so it never forms big
-  binomials.
-- `bootstrap_ci(values)` resamples *problems* (not samples) with a fixed-seed numpy Generator and returns the
-  percentile interval of the mean. `hierarchical_bootstrap` does the same for several methods at once, paired on
-  problems and resampling each method's seeds; `bootstrap_p_value` and `holm` turn its replicates into tests of
-  method A - method B that hold over all pairs.
 - `evaluate_model(model, tokenizer, dataset)` samples `n_samples` completions per problem (plus one greedy
   completion), scores each with `rewards.unit_test_reward`, or `rewards.stdio_test_reward` for stdin/stdout
   problems (the same definition of "passed" that training uses)
@@ -32,17 +25,16 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import numpy as np
 import torch
 from transformers import LogitsProcessor, TrainerCallback
+
+from experiments.stats import EvalResult, ProblemResult, summarize
 
 if TYPE_CHECKING:
     from experiments.config import ExperimentArgs
@@ -53,284 +45,23 @@ logger = logging.getLogger(__name__)
 MAX_COMPLETION_CHARS = 400
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Estimators
-# ---------------------------------------------------------------------------------------------------------------
+class EvalRow(NamedTuple):
+    """One evaluation problem as `evaluate_model` uses it (`_row_fields`)."""
 
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k for one problem with `n` samples of which `c` are correct (Chen et al. 2021).
-
-    1 - C(n-c, k)/C(n, k) = 1 - prod_{i=n-c+1}^{n} (1 - k/i), which stays in float range for any n.
-    """
-    if not (0 <= c <= n):
-        raise ValueError(f"need 0 <= c <= n, got n={n}, c={c}")
-    if not (1 <= k <= n):
-        raise ValueError(f"need 1 <= k <= n, got n={n}, k={k}")
-    if n - c < k:
-        return 1.0
-    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
-
-
-def pass_at_k_per_problem(ns: Sequence[int], cs: Sequence[int], k: int) -> np.ndarray:
-    """Vector of per-problem unbiased pass@k estimates (mean it for the benchmark number)."""
-    if len(ns) != len(cs):
-        raise ValueError(f"ns and cs differ in length: {len(ns)} != {len(cs)}")
-    return np.array([pass_at_k(int(n), int(c), k) for n, c in zip(ns, cs)], dtype=float)
-
-
-def bootstrap_ci(
-    values: Sequence[float] | np.ndarray,
-    *,
-    n_bootstrap: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
-) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean of per-problem `values`, resampling problems with replacement.
-
-    Deterministic for a given seed. Constant inputs (e.g. every problem passes) give a zero-width interval.
-    Empty input gives (nan, nan).
-    """
-    v = np.asarray(values, dtype=float)
-    if v.size == 0:
-        return (math.nan, math.nan)
-    if np.all(v == v[0]):
-        # Every resample has the same mean; skip the float noise of averaging identical numbers.
-        return (float(v[0]), float(v[0]))
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, v.size, size=(n_bootstrap, v.size))
-    means = v[idx].mean(axis=1)
-    alpha = (1.0 - confidence) / 2.0
-    lo, hi = np.quantile(means, [alpha, 1.0 - alpha])
-    return (float(lo), float(hi))
-
-
-def hierarchical_bootstrap(
-    groups: Sequence[np.ndarray], *, n_bootstrap: int = 10_000, seed: int = 0
-) -> np.ndarray:
-    """Bootstrap replicates of each group's mean, shape (n_bootstrap, len(groups)).
-
-    A group is one method's (seeds x problems) array of per-problem values, every group over the same problems
-    in the same column order. Each replicate resamples problems once for all groups (so differences between
-    groups are paired: a problem is compared with itself) and, within each group, resamples its seeds (each seed
-    is an independent training run, so seed-to-seed spread widens the interval). With one seed per group this is
-    the paired problem bootstrap. With m seeds the seed part underestimates the variance by (m-1)/m, so read few
-    seeds together with their per-seed values.
-    """
-    arrays = [np.atleast_2d(np.asarray(g, dtype=float)) for g in groups]
-    if not arrays:
-        return np.empty((n_bootstrap, 0))
-    n = arrays[0].shape[1]
-    if n == 0 or any(a.shape[1] != n or a.shape[0] == 0 for a in arrays):
-        raise ValueError(
-            f"every group needs >= 1 seed and the same {n} problems; got {[a.shape for a in arrays]}"
-        )
-    rng = np.random.default_rng(seed)
-    out = np.empty((n_bootstrap, len(arrays)))
-    chunk = max(1, 2_000_000 // (n * max(a.shape[0] for a in arrays)))  # bounds the (seeds, chunk, n) gather
-    for start in range(0, n_bootstrap, chunk):
-        b = min(chunk, n_bootstrap - start)
-        problems = rng.integers(0, n, size=(b, n))
-        for g, a in enumerate(arrays):
-            per_seed = a[:, problems].mean(axis=2).T  # (b, seeds)
-            m = a.shape[0]
-            if m > 1:
-                per_seed = np.take_along_axis(per_seed, rng.integers(0, m, size=(b, m)), axis=1)
-            out[start : start + b, g] = per_seed.mean(axis=1)
-    return out
-
-
-def bootstrap_p_value(replicates: Sequence[float] | np.ndarray) -> float:
-    """Two-sided bootstrap p-value of "the mean difference is 0" from replicates of the difference: twice the
-    smaller share of replicates on either side of 0 (counting 0 on both), with the +1 correction, capped at 1."""
-    d = np.asarray(replicates, dtype=float)
-    below = (np.sum(d <= 0) + 1) / (d.size + 1)
-    above = (np.sum(d >= 0) + 1) / (d.size + 1)
-    return float(min(1.0, 2 * min(below, above)))
-
-
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values (Holm 1979): family-wise error <= alpha when adjusted p < alpha is
-    called significant, for any dependence between the tests; uniformly more powerful than Bonferroni."""
-    p = np.asarray(p_values, dtype=float)
-    order = np.argsort(p, kind="stable")
-    adjusted = np.empty_like(p)
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (p.size - rank) * p[i]))
-        adjusted[i] = running
-    return [float(x) for x in adjusted]
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """A point estimate over problems with its bootstrap CI."""
-
-    value: float
-    ci_low: float
-    ci_high: float
-
-    @classmethod
-    def from_values(
-        cls, values: Sequence[float] | np.ndarray, *, n_bootstrap: int, confidence: float, seed: int
-    ) -> Estimate:
-        v = np.asarray(values, dtype=float)
-        lo, hi = bootstrap_ci(v, n_bootstrap=n_bootstrap, confidence=confidence, seed=seed)
-        return cls(float(v.mean()) if v.size else math.nan, lo, hi)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "ci": [self.ci_low, self.ci_high]}
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Result containers
-# ---------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class ProblemResult:
-    """One problem's raw counts, enough to recompute any pass@k (k <= n) and to re-bootstrap."""
-
+    prompt: Any  # what generation is prompted with: text, or chat messages
+    code_prompt: str  # the code the completion continues, for the reward
+    columns: dict[str, Any]  # what the reward reads: `test` and `entry_point`, or the stdio columns
     task_id: str
-    n: int
-    correct: int
-    rewards: list[float]
-    greedy_passed: bool | None
-    first_completion: str
-    n_truncated: int  # samples that hit max_new_tokens without EOS
-    # Mean entropy (nats per generated token) of the policy's next-token distribution along the n samples;
-    # None when not measured.
-    entropy: float | None = None
-
-    @property
-    def mean_reward(self) -> float:
-        return float(np.mean(self.rewards)) if self.rewards else math.nan
-
-    @property
-    def first_sample_passed(self) -> bool | None:
-        """Whether the first sample passed: the seed's per-problem pass@1."""
-        return bool(self.rewards[0] >= 1.0) if self.rewards else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "task_id": self.task_id,
-            "n": self.n,
-            "correct": self.correct,
-            "rewards": list(self.rewards),
-            "mean_reward": self.mean_reward,
-            "greedy_passed": self.greedy_passed,
-            "n_truncated": self.n_truncated,
-            "first_sample_passed": self.first_sample_passed,
-            "entropy": self.entropy,
-            "first_completion": self.first_completion,
-        }
 
 
-@dataclass
-class EvalResult:
-    """Everything `evaluate_model` measured. `to_dict()` is the JSON written to eval_before/after.json.
+class Generation(NamedTuple):
+    """What `_generate` produced for its prompts, in their order."""
 
-    Wall-clock figures live under `timing` so that two runs with the same seed differ only there.
-    """
-
-    pass_at_k: dict[str, Estimate]
-    greedy_pass_at_1: Estimate | None
-    avg_reward: Estimate
-    num_problems: int
-    n_samples: int
-    ks: list[int]
-    tokens_generated: int
-    generation_seconds: float
-    scoring_seconds: float
-    problems: list[ProblemResult]
-    settings: dict[str, Any] = field(default_factory=dict)
-    confidence: float = 0.95
-    n_bootstrap: int = 1000
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens_generated / self.generation_seconds if self.generation_seconds > 0 else math.nan
-
-    def _estimate(self, values: Sequence[float | None]) -> Estimate | None:
-        if not values or any(v is None for v in values):
-            return None
-        seed = int(self.settings.get("seed", 0))
-        return Estimate.from_values(
-            values, n_bootstrap=self.n_bootstrap, confidence=self.confidence, seed=seed
-        )
-
-    @property
-    def first_sample_pass_at_1(self) -> Estimate | None:
-        """The seed experiment's pass@1: the share of problems whose first sample passes (noisier than pass@1)."""
-        return self._estimate([p.first_sample_passed for p in self.problems])
-
-    @property
-    def entropy(self) -> Estimate | None:
-        """Mean over problems of the policy's per-token entropy (nats) on the sampled completions."""
-        return self._estimate([p.entropy for p in self.problems])
-
-    @property
-    def metrics(self) -> dict[str, Estimate]:
-        """Flat name -> estimate map: pass@k..., first_sample_pass@1, greedy_pass@1 (if run), avg_reward,
-        entropy (if measured)."""
-        out = dict(self.pass_at_k)
-        optional = {
-            "first_sample_pass@1": self.first_sample_pass_at_1,
-            "greedy_pass@1": self.greedy_pass_at_1,
-            "avg_reward": self.avg_reward,
-            "entropy": self.entropy,
-        }
-        out.update({name: est for name, est in optional.items() if est is not None})
-        return out
-
-    def scalars(self, prefix: str = "eval/") -> dict[str, float]:
-        """Point values keyed for a trainer log, e.g. {"eval/pass@1": 0.4, "eval/avg_reward": 0.4}."""
-        return {f"{prefix}{name}": est.value for name, est in self.metrics.items()}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "num_problems": self.num_problems,
-            "n": self.n_samples,
-            "ks": list(self.ks),
-            "confidence": self.confidence,
-            "n_bootstrap": self.n_bootstrap,
-            "metrics": {name: est.to_dict() for name, est in self.metrics.items()},
-            "tokens_generated": self.tokens_generated,
-            "settings": dict(self.settings),
-            "timing": {
-                "generation_s": self.generation_seconds,
-                "scoring_s": self.scoring_seconds,
-                "tokens_per_s": self.tokens_per_s,
-            },
-            "problems": [p.to_dict() for p in self.problems],
-        }
-
-
-def summarize(
-    problems: Sequence[ProblemResult],
-    ks: Iterable[int],
-    *,
-    n_bootstrap: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
-) -> tuple[dict[str, Estimate], Estimate | None, Estimate]:
-    """pass@k (each k <= every problem's n), greedy pass@1 and average reward, each with a bootstrap CI."""
-    ns = [p.n for p in problems]
-    cs = [p.correct for p in problems]
-    n_min = min(ns) if ns else 0
-    kw = {"n_bootstrap": n_bootstrap, "confidence": confidence, "seed": seed}
-    passk = {
-        f"pass@{k}": Estimate.from_values(pass_at_k_per_problem(ns, cs, k), **kw)
-        for k in sorted(set(ks))
-        if 1 <= k <= n_min
-    }
-    greedy = None
-    if problems and all(p.greedy_passed is not None for p in problems):
-        greedy = Estimate.from_values([float(p.greedy_passed) for p in problems], **kw)
-    # Mean over problems of the per-problem mean reward; with equal n per problem this equals the seed experiment's
-    # mean over all samples, and it is the unit the bootstrap resamples.
-    avg = Estimate.from_values([p.mean_reward for p in problems], **kw)
-    return passk, greedy, avg
+    texts: list[list[str]]  # the decoded completions of each prompt
+    tokens: int  # tokens generated in all, up to and including EOS
+    hit_max: list[list[bool]]  # per completion: stopped by max_new_tokens without EOS
+    seconds: float  # time spent in `generate`
+    entropies: list[float | None]  # per prompt: mean per-token entropy of its samples, or None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -338,9 +69,9 @@ def summarize(
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _row_fields(row: Mapping[str, Any], style: str) -> tuple[Any, str, dict[str, Any], str]:
-    """(prompt for generation, code prompt, the columns the reward reads, task id) from an RL row or a raw
-    HumanEval row. The columns are `test` and `entry_point`, or the stdin/stdout format's test columns."""
+def _row_fields(row: Mapping[str, Any], style: str) -> EvalRow:
+    """The prompt for generation, the code prompt, the columns the reward reads and the task id of an RL row or a
+    raw HumanEval row. The columns are `test` and `entry_point`, or the stdin/stdout format's test columns."""
     prompt = row["prompt"]
     code_prompt = row.get("code_prompt")
     task_id = str(row.get("task_id", ""))
@@ -352,7 +83,7 @@ def _row_fields(row: Mapping[str, Any], style: str) -> tuple[Any, str, dict[str,
             raise ValueError(
                 "stdin/stdout rows need `prompt` and `code_prompt` (experiments.data.to_rl_rows)"
             )
-        return prompt, code_prompt, stdio, task_id
+        return EvalRow(prompt, code_prompt, stdio, task_id)
     if code_prompt is None:
         if not isinstance(prompt, str):
             raise ValueError("chat rows need a `code_prompt` column (experiments.data.to_rl_rows adds it)")
@@ -364,7 +95,7 @@ def _row_fields(row: Mapping[str, Any], style: str) -> tuple[Any, str, dict[str,
     test = row.get("test")
     if not test:
         raise ValueError(f"row {row.get('task_id')!r} has no `test`; pass@k needs unit tests")
-    return prompt, code_prompt, {"test": test, "entry_point": row["entry_point"]}, task_id
+    return EvalRow(prompt, code_prompt, {"test": test, "entry_point": row["entry_point"]}, task_id)
 
 
 def _prompt_ids(tokenizer: Any, prompt: Any) -> list[int]:
@@ -503,9 +234,9 @@ def _generate(
     desc: str,
     generation_kwargs: Mapping[str, Any] | None = None,
     greedy_last: bool = False,
-) -> tuple[list[list[str]], int, list[list[bool]], float, list[float | None]]:
-    """Generate for every prompt; returns (texts per prompt, tokens generated, hit-max flags, seconds, mean
-    per-token entropy per prompt or None where the model's `generate` called no logits processor).
+) -> Generation:
+    """Generate for every prompt: texts per prompt, tokens generated, hit-max flags, seconds, and the mean
+    per-token entropy per prompt (None where the model's `generate` called no logits processor).
 
     With `greedy_last` (and `do_sample`), the last of each prompt's `num_return_sequences` is decoded greedily
     (`_ArgmaxRows`) and left out of the entropy: one batch, one prefill for the samples and the greedy answer."""
@@ -596,12 +327,12 @@ def _generate(
                 row_texts.append(tokenizer.decode(ids[:length], skip_special_tokens=True))
             texts.append(row_texts)
             hit_max.append(row_hit)
-    return texts, n_tokens, hit_max, seconds, entropies
+    return Generation(texts, n_tokens, hit_max, seconds, entropies)
 
 
 def _generate_in_processes(
     model: Any, tokenizer: Any, prompt_ids: list[list[int]], *, processes: int, seed: int, **kwargs: Any
-) -> tuple[list[list[str]], int, list[list[bool]], float, list[float | None]]:
+) -> Generation:
     """`_generate` over `processes` forked CPU processes, each with a contiguous share of the prompts and an equal
     share of the torch threads; share i samples from `torch.manual_seed(seed + i)`, so share 0 draws what a single
     process would. Decoding a batch multiplies small matrices that two threads split poorly, so on a CPU two
@@ -648,18 +379,18 @@ def _generate_in_processes(
                 raise RuntimeError(f"evaluation process {index} died without a result") from None
             if status != "ok":
                 raise RuntimeError(f"evaluation process {index} failed: {value}")
-            results.append(value)
+            results.append(Generation(*value))
     finally:
         for worker in workers:
             worker.join(timeout=10)
             if worker.is_alive():
                 worker.kill()
-    return (
-        [t for r in results for t in r[0]],
-        sum(r[1] for r in results),
-        [h for r in results for h in r[2]],
-        time.perf_counter() - t0,
-        [e for r in results for e in r[4]],
+    return Generation(
+        texts=[t for r in results for t in r.texts],
+        tokens=sum(r.tokens for r in results),
+        hit_max=[h for r in results for h in r.hit_max],
+        seconds=time.perf_counter() - t0,
+        entropies=[e for r in results for e in r.entropies],
     )
 
 
@@ -724,11 +455,11 @@ def evaluate_model(
     rows = [_row_fields(r, style) for r in dataset]
     if not rows:
         raise ValueError("the evaluation dataset is empty")
-    column_names = sorted({name for r in rows for name in r[2]})
+    column_names = sorted({name for r in rows for name in r.columns})
     stdio = "test" not in column_names
     if not stdio and len(column_names) != 2:
         raise ValueError("the evaluation rows mix function problems with stdin/stdout problems")
-    prompts = [r[0] for r in rows]
+    prompts = [r.prompt for r in rows]
     ids = [_prompt_ids(tokenizer, p) for p in prompts]
     chat = [not isinstance(p, str) for p in prompts]
 
@@ -748,28 +479,28 @@ def evaluate_model(
             if processes > 1 and device.type != "cpu":
                 raise ValueError(f"processes > 1 is for CPU evaluation; the model is on {device.type}")
             if processes > 1 and len(ids) > 1:
-                texts, tokens, hit, gen_seconds, entropy_s = _generate_in_processes(
+                generated = _generate_in_processes(
                     model, tokenizer, ids, processes=processes, seed=seed, **sampling
                 )
             else:
-                texts, tokens, hit, gen_seconds, entropy_s = _generate(model, tokenizer, ids, **sampling)
-            samples = [t[:n_samples] for t in texts]
-            greedy_texts = [t[n_samples:] for t in texts]
-            hit_s = [h[:n_samples] for h in hit]
+                generated = Generation(*_generate(model, tokenizer, ids, **sampling))
+            samples = [t[:n_samples] for t in generated.texts]
+            greedy_texts = [t[n_samples:] for t in generated.texts]
+            hit_s = [h[:n_samples] for h in generated.hit_max]
     finally:
         model.train(was_training)
 
     # One batched scoring call: the sandbox parallelises across all samples of all problems.
     flat_prompts, flat_completions, code_prompts, task_ids = [], [], [], []
     columns: dict[str, list[Any]] = {name: [] for name in column_names}
-    for i, (prompt, code_prompt, tests, task_id) in enumerate(rows):
+    for i, row in enumerate(rows):
         for text in samples[i] + greedy_texts[i]:
-            flat_prompts.append(prompt)
+            flat_prompts.append(row.prompt)
             flat_completions.append(_as_completion(text, chat[i]))
             for name in column_names:
-                columns[name].append(tests.get(name))
-            code_prompts.append(code_prompt)
-            task_ids.append(task_id)
+                columns[name].append(row.columns.get(name))
+            code_prompts.append(row.code_prompt)
+            task_ids.append(row.task_id)
     reward = _make_reward(sandbox_kwargs, stdio)
     t0 = time.perf_counter()
     scores = reward.score(
@@ -787,21 +518,21 @@ def evaluate_model(
         chunk = scores[pos : pos + per_problem]
         pos += per_problem
         if stdio and all(s is None for s in chunk):
-            unscored.append(row[3])
+            unscored.append(row.task_id)
             continue
         if any(s is None for s in chunk):
-            raise RuntimeError(f"reward returned None for {row[3]!r}, whose row has a test")
+            raise RuntimeError(f"reward returned None for {row.task_id!r}, whose row has a test")
         sample_rewards = [float(s) for s in chunk[:n_samples]]
         problems.append(
             ProblemResult(
-                task_id=row[3],
+                task_id=row.task_id,
                 n=n_samples,
                 correct=sum(r >= 1.0 for r in sample_rewards),
                 rewards=sample_rewards,
                 greedy_passed=bool(chunk[n_samples] >= 1.0) if greedy else None,
                 first_completion=samples[i][0][:MAX_COMPLETION_CHARS],
                 n_truncated=sum(hit_s[i]),
-                entropy=entropy_s[i],
+                entropy=generated.entropies[i],
             )
         )
 
@@ -820,8 +551,8 @@ def evaluate_model(
         num_problems=len(problems),
         n_samples=n_samples,
         ks=[k for k in sorted(set(ks)) if k <= n_samples],
-        tokens_generated=tokens,
-        generation_seconds=gen_seconds,
+        tokens_generated=generated.tokens,
+        generation_seconds=generated.seconds,
         scoring_seconds=scoring_seconds,
         problems=problems,
         settings={

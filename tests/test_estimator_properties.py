@@ -19,7 +19,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiments.evaluation import pass_at_k, pass_at_k_per_problem
+from experiments.stats import pass_at_k, pass_at_k_per_problem
 from experiments.trainers.estimators import (
     batch_baseline_advantages,
     group_baseline_advantages,

