@@ -1,50 +1,9 @@
-"""The seven RL methods of passk, by name: one table maps each to its trainer, config, defining values and paper.
+"""The RL methods of passk by name: `METHODS` binds each to its trainer, config, defining values and paper.
 
-| name             | trainer             | what it is (defining values in `MethodSpec.defaults`)                          |
-|------------------|---------------------|--------------------------------------------------------------------------------|
-| `vanilla_pg`     | `ReinforceTrainer`  | the seed experiment's first loop: -log π · R, no baseline                      |
-| `reinforce`      | `ReinforceTrainer`  | the seed's REINFORCE: batch-average baseline (one mean over the batch)         |
-| `reinforce_kl`   | `ReinforceTrainer`  | the seed's REINFORCE + KL: R - β·KL(π‖π_ref) per completion, then the batch mean |
-| `reinforce_rloo` | `ReinforceTrainer`  | the seed's RLOO code: leave-one-out baseline per prompt, whitened per prompt   |
-| `ppo`            | `PPOTrainer`        | the chapter's PPO: critic, GAE (γ = 1, λ = 1), clipped ratio and value losses  |
-| `grpo`           | `trl.GRPOTrainer`   | TRL's GRPO with the chapter's KL term to the reference (β = 0.04, in the loss) |
-| `rloo`           | `trl.RLOOTrainer`   | TRL's RLOO, unchanged (leave-one-out per prompt, β = 0.05 KL in the reward)    |
-
-"The seed" is the seed experiment's blog post and "the chapter" the RL Fundamentals chapter (docs/provenance.md).
-
-Each method's own hyperparameters live here (`defaults`) and in its config class; `MethodSpec.hparams` names
-them, and the runner writes their values to run.json (`method_hparams`) for the report's run table. A shared
-budget file (experiments/configs/) may not set them, so every method of a comparison keeps its own.
-
-Where the rows still coincide (all checked by tests/test_trainers.py where they are exact):
-
-- `reinforce` vs `reinforce_rloo` when a batch holds one prompt with G = 2 and 0/1 rewards (the seed's own
-  setup): the batch mean is then the group mean, its advantages are ±(r1 - r2)/2 and the whitened leave-one-out
-  ones ±(r1 - r2)/√2, a constant factor, which Adam (without gradient clipping) cancels. Any other shape, or
-  rewards that are not 0/1, tells them apart.
-- `reinforce_rloo` vs `grpo` with `beta=0`: both whiten the rewards per prompt (TRL's std carries 1e-4, the seed's
-  1e-8) and take one on-policy step per batch; with the same log-prob temperature and `loss_normalization="token"`
-  (TRL's default "dapo" aggregation) they take the same steps. The chapter's KL term (β = 0.04) separates them.
-- A group-mean baseline (`baseline="group_mean"`) is TRL's RLOO advantage times (G-1)/G: `reinforce` or
-  `reinforce_kl` with it, at the same β, log-prob temperature and a sequence-sum loss, take RLOO's steps under
-  Adam. The rows above use the batch mean, as the seed does, so they do not.
-- TRL's GRPO and RLOO take log π at the sampling temperature; passk's trainers take it at `logprob_temperature`
-  (the seed config: 1). At temperature 1 (the demo) that difference vanishes.
-
-Completions per prompt (`num_generations`): each config class holds its own lower bound, checked when it is
-built (and so when a config file is parsed): `PPOConfig` accepts 1, since its baseline is the critic, and so does
-`ReinforceConfig` with no baseline or the batch mean (vanilla_pg, reinforce, reinforce_kl); GRPO's and RLOO's
-configs, and `ReinforceConfig` with a per-prompt baseline (group_mean, rloo), need 2, since their advantages compare
-the completions of one prompt.
-
-Every trainer takes GRPOTrainer's constructor (`model` path, `reward_funcs`, `args`, `train_dataset`,
-`processing_class`, ...), so the runner builds any of them the same way::
-
-    spec = METHODS["reinforce_rloo"]
-    trainer = spec.trainer_cls(model=path, reward_funcs=[unit_test_reward], args=build_config("reinforce_rloo",
-                               output_dir="out"), train_dataset=ds, processing_class=tokenizer)
-
-To add a method, add one `MethodSpec` to `METHODS` below.
+`build_config(method, **overrides)` builds a method's config, and every trainer takes GRPOTrainer's constructor,
+so the runner builds any of them the same way. `PPOTrainer` (ppo.py) and `ReinforceTrainer` (reinforce.py) are
+passk's own, on GRPOTrainer's seams (seams.py). The methods, where they coincide, their hyperparameters and
+sources: docs/methods.md. To add a method, add one `MethodSpec` to `METHODS` below.
 """
 
 from __future__ import annotations
