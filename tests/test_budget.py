@@ -265,3 +265,35 @@ def test_the_models_sampling_is_applied_in_training_and_evaluation(
     assert after["settings"]["generation_kwargs"] == {"top_k": 20, "repetition_penalty": 1.1}
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     assert [h["reinforce/kl_logps_recorded"] for h in history if "reinforce/kl_logps_recorded" in h] == [0.0]
+
+
+def test_derive_max_steps_on_each_methods_own_config(tmp_path: Path) -> None:
+    """The budget on the configs the methods really build (4 completions per device, groups of 2 where the
+    method needs a group): PPO's rollout holds steps_per_generation (4) optimizer steps' worth for 2 epochs."""
+    from experiments.trainers import ORIGINAL_METHODS, build_config
+
+    one_per_prompt = {"vanilla_pg", "reinforce", "reinforce_kl", "ppo"}
+    expected = {
+        "vanilla_pg": 8,
+        "reinforce": 8,
+        "reinforce_kl": 8,
+        "reinforce_rloo": 16,
+        "ppo": 16,
+        "grpo": 16,
+    }
+    expected["rloo"] = 16
+    for method in ORIGINAL_METHODS:
+        cfg = build_config(
+            method,
+            output_dir=str(tmp_path),
+            per_device_train_batch_size=4,
+            num_generations=1 if method in one_per_prompt else 2,
+            use_cpu=True,
+            report_to=[],
+        )
+        assert derive_max_steps(32, cfg) == expected[method], method
+        if method == "ppo":  # 16 prompts per rollout: 8 is not a whole rollout, 16 is one
+            assert (cfg.generation_batch_size, cfg.steps_per_generation, cfg.num_iterations) == (16, 4, 2)
+            assert derive_max_steps(16, cfg) == 8
+            with pytest.raises(BudgetError, match=r"^budget_prompts: 8 is not a multiple of the 16 prompt"):
+                derive_max_steps(8, cfg)

@@ -185,3 +185,34 @@ def test_hacking_signals_and_case_verdicts_reach_log_metric(sb):
 def test_the_shared_rewards_have_stable_names():
     assert stdio_test_reward.__name__ == "stdio_test_reward"
     assert stdio_partial_reward.__name__ == "stdio_partial_reward"
+
+
+def test_call_based_values_of_another_equal_type_pass_on_the_real_sandbox(sb):
+    """APPS compares returned values as plain data: a float equal to the int expected, a tuple for a list, the
+    bare value for an expected one-element list, a Solution method for the function; a wrong value fails."""
+    io = json.dumps(
+        {
+            "fn_name": "pair",
+            "inputs": [[1, 2], [3, 4], [5, 5]],
+            "outputs": [[1, 2], [[3, 4]], 10],  # a list, a one-element list, an int
+        }
+    )
+    right = chat(
+        "class Solution:\n    def pair(self, a, b):\n        if a == b:\n            return float(a + b)\n"
+        "        return (a, b)\n"
+    )
+    wrong = chat("def pair(a, b):\n    return (b, a) if a != b else a + b + 1\n")
+    partial = make_stdio_partial_reward(sandbox=sb, tests="all")
+    assert partial.score(completions=[right, wrong], input_output=[io, io]) == [1.0, 0.0]
+    # the same row as verification_info function calls, its values JSON-encoded
+    cases = [
+        {"type": "function_call", "fn_name": "pair", "input": json.dumps(args), "output": json.dumps(want)}
+        for args, want in zip([[1, 2], [3, 4], [5, 5]], [[1, 2], [[3, 4]], 10])
+    ]
+    info = json.dumps({"language": "python", "test_cases": cases})
+    assert partial.score(completions=[right, wrong], verification_info=[info, info]) == [1.0, 0.0]
+    # change one expected value and the score follows
+    io_changed = json.dumps(
+        {"fn_name": "pair", "inputs": [[1, 2], [3, 4], [5, 5]], "outputs": [[1, 2], [[3, 4]], 11]}
+    )
+    assert partial.score(completions=[right], input_output=[io_changed]) == [pytest.approx(2 / 3)]
