@@ -25,10 +25,10 @@ a reading is named in ``Extraction.rules``):
 
 * ``closing_fence``: given a raw code prompt, an instruct model continues the body, then writes a closing
   ```` ``` ```` it never opened and prose. When the text before the first line-start fence continues the prompt
-  (its first code line is indented, or the prompt ends mid-line), that fence ends the code and the rest is
-  dropped, as the ``"\n```"`` stop sequence of bigcode-evaluation-harness's HumanEval task does (beside the
-  Codex paper's ``"\nclass"``, ``"\ndef"``, ``"\n#"``, ``"\nif"``, ``"\nprint"``, which the completion cut
-  covers); then the completion cut applies.
+  (its first code line is indented, or the prompt ends mid-line and the two parse), that fence ends the code
+  and the rest is dropped, as the ``"\n```"`` stop sequence of bigcode-evaluation-harness's HumanEval task does
+  (beside the Codex paper's ``"\nclass"``, ``"\ndef"``, ``"\n#"``, ``"\nif"``, ``"\nprint"``, which the completion
+  cut covers); then the completion cut applies.
 * ``own_tests``: a block (or bare code) that defines the entry point loses the model's own test code, as
   evalplus's ``sanitize`` does: imports, functions and classes stay, top-level assignments stay when a function
   reads them; calls, prints, asserts, loops, ``if __name__ == "__main__":`` and unread assignments go. A whole
@@ -430,7 +430,8 @@ def extract_code(
 def _before_closing_fence(text: str, prompt: str) -> str | None:
     """The completion up to its first line-start fence outside a string, when that fence closes a block the
     prompt never opened: the text before it continues the prompt's function (it is indented, or the prompt
-    ends mid-line). What follows is prose. None when the first fence opens a block (or there is none)."""
+    ends mid-line and the prompt with it parses). What follows is prose. None when the first fence opens a block
+    (or there is none)."""
     if not prompt:
         return None
     for match in _LINE_FENCE_RE.finditer(text):
@@ -443,6 +444,8 @@ def _before_closing_fence(text: str, prompt: str) -> str | None:
             first = _first_code_line(head)
             if first is None or not first[:1].isspace():
                 return None
+        elif not _parses(prompt + head):  # prose after a prompt without its final newline ends no line of it
+            return None
         return head
     return None
 

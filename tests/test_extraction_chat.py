@@ -408,3 +408,16 @@ def test_any_wrapping_of_a_function_block_yields_it(
     assert ex.ok and ex.snippet == code and ex.style == "chat" and ex.rules == ()
     assert has_implemented_function(ex, name)
     ast.parse(ex.code)
+
+
+def test_the_last_kept_statement_ends_with_a_newline_when_the_text_does_not() -> None:
+    assert _drop_own_tests("print(1)\ndef add(a, b):\n    return a + b") == GOOD
+    ex = extract_code(None, chat("```python\nprint(1)\ndef add(a, b):\n    return a + b```"), "add")
+    assert ex.snippet == GOOD and ex.rules == ("own_tests",)
+
+
+def test_a_body_block_after_a_prompt_without_a_final_newline() -> None:
+    prompt = "def add(a, b):\n    '''Add.'''"
+    ex = extract_code(prompt, chat(fenced("return a + b\n")), "add")
+    assert ex.code == prompt + "\n    return a + b\n"
+    ast.parse(ex.code)

@@ -555,3 +555,11 @@ def test_task_for_calls_exposes_a_solution_method_only_when_there_is_no_function
     ns = {}
     exec(task_for("x = 1\n", tests)["program"], ns)
     assert "twice" not in ns
+
+
+def test_a_call_whose_value_equals_its_argument_needs_the_value_again_after_it() -> None:
+    assert shown_cases(CallTests("f", (((5,), 5),)), "f(5)") == (False,)
+    assert shown_cases(CallTests("f", (((5,), 5),)), "f(5) == 5") == (True,)
+    assert shown_cases(CallTests("f", (((5,), [5]),)), "f(5)") == (False,)
+    assert shown_cases(StdioTests((("7", "7"),)), "7") == (False,)
+    assert shown_cases(StdioTests((("7", "7"),)), "7 -> 7") == (True,)

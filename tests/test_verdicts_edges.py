@@ -248,3 +248,32 @@ def test_an_integer_off_by_one_is_always_wrong(values: list[int], data: st.DataO
             f"{'line 1: ' if mode == 'lines' else ''}token {i + 1}: expected '{values[i]}', got '{wrong[i]}'"
         )
         assert same(want, want, mode, 0.5)
+
+
+def fresh(data: bytes) -> bytes:
+    """An equal bytes object that is not the same object (as a program's output never is)."""
+    return bytes(bytearray(data))
+
+
+def test_values_built_at_run_time_compare_by_value() -> None:
+    mode = "".join(["tok", "ens"])  # not the interned literal
+    assert same(b"1\n2", b"1 2", mode=mode)
+    assert same(fresh(b"1e400"), fresh(b"1e400"), float_tol=0.5)  # equal bytes, both overflowing
+    assert same(fresh(b"1e400"), fresh(b"1e400"), mode=mode, float_tol=0.5)
+
+
+def test_any_mode_but_tokens_compares_lines() -> None:
+    for mode in ("lines", "words", "zzz", ""):
+        assert not same(b"1\n2", b"1 2", mode=mode), mode
+
+
+def test_many_tokens_and_many_lines() -> None:
+    n = 300  # past the small integers CPython caches
+    tokens = b" ".join(b"%d" % i for i in range(n))
+    lines = b"\n".join(b"%d.5" % i for i in range(n))
+    assert same(tokens, fresh(tokens), mode="tokens") and same(
+        tokens, fresh(tokens), mode="tokens", float_tol=0.1
+    )
+    assert same(lines, fresh(lines)) and same(lines, fresh(lines), float_tol=0.1)
+    assert compare_output(lines + b"\nx", lines) == f"expected {n} lines, got {n + 1}"
+    assert compare_output(tokens + b" 1", tokens, "tokens") == f"expected {n} tokens, got {n + 1}"
