@@ -138,42 +138,6 @@ def test_derive_max_steps_is_exact_for_each_method(
     assert derive_max_steps(budget, cfg) == steps, kind
 
 
-@SETTINGS
-@given(
-    st.integers(1, 4),  # num_generations
-    st.integers(1, 6),  # prompts per batch
-    st.integers(1, 4),  # steps_per_generation
-    st.integers(1, 3),  # num_iterations
-    st.integers(1, 4),  # gradient_accumulation_steps
-    st.integers(0, 40),  # budget
-)
-def test_derive_max_steps_samples_exactly_the_budget_or_names_the_key(
-    group: int, prompts: int, spg: int, iterations: int, accumulation: int, budget: int
-) -> None:
-    cfg = shape(
-        num_generations=group,
-        generation_batch_size=group * prompts,
-        steps_per_generation=spg,
-        num_iterations=iterations,
-        gradient_accumulation_steps=accumulation,
-    )
-    if budget % prompts:
-        with pytest.raises(
-            BudgetError, match=rf"^budget_prompts: {budget} is not a multiple of the {prompts} "
-        ):
-            derive_max_steps(budget, cfg)
-        return
-    micro = budget // prompts * spg * iterations
-    if micro % accumulation:
-        with pytest.raises(BudgetError, match=rf"^gradient_accumulation_steps: .* = {micro} micro-batches"):
-            derive_max_steps(budget, cfg)
-        return
-    steps = derive_max_steps(budget, cfg)
-    # the steps, read back: steps x accumulation micro-batches; each batch gives spg x iterations of them
-    assert steps * accumulation == micro
-    assert steps * accumulation // (spg * iterations) * prompts == budget
-
-
 def test_budget_errors_are_one_line_config_errors_that_name_the_shape() -> None:
     with pytest.raises(BudgetError) as err:
         derive_max_steps(5, shape(num_generations=2, generation_batch_size=4, steps_per_generation=3))
@@ -215,22 +179,6 @@ def test_prompt_schedule_rejects_epochs_outside_one_to_n_train() -> None:
             BudgetError, match=rf"^prompts_per_epoch: must be in 1..n_train \(5\), got {per_epoch}$"
         ):
             prompt_schedule(5, per_epoch, 10, seed=0)
-
-
-@SETTINGS
-@given(st.integers(1, 12), st.data(), st.integers(0, 40), st.integers(0, 3))
-def test_prompt_schedule_is_seeded_epochs_of_distinct_rows(
-    n_rows: int, data: st.DataObject, total: int, seed: int
-) -> None:
-    per_epoch = data.draw(st.integers(1, n_rows))
-    order = prompt_schedule(n_rows, per_epoch, total, seed)
-    assert order == prompt_schedule(n_rows, per_epoch, total, seed)
-    assert len(order) == total
-    longer = prompt_schedule(n_rows, per_epoch, total + per_epoch, seed)
-    assert longer[:total] == order  # a longer budget extends the same draw
-    for start in range(0, total, per_epoch):
-        epoch = order[start : start + per_epoch]
-        assert len(set(epoch)) == len(epoch) and all(0 <= i < n_rows for i in epoch)
 
 
 class Rows:
@@ -353,23 +301,6 @@ def test_the_log_is_written_and_read_back_line_by_line(tmp_path: Path) -> None:
     assert path.read_text() == "" and SampleLog.read(path) == []
 
 
-def test_the_checkpoint_callback_saves_the_log_into_the_checkpoint(tmp_path: Path) -> None:
-    trainer = Trainer(group=2)
-    log = SampleLog(trainer)
-    feed(trainer, ["a", "a"], [1, 2])
-    callback = log.checkpoint_callback()
-    args = SimpleNamespace(output_dir=str(tmp_path))
-    (tmp_path / "checkpoint-4").mkdir()
-    callback.on_save(args, SimpleNamespace(is_world_process_zero=True, global_step=4), None)
-    assert SampleLog.read(tmp_path / "checkpoint-4" / CHECKPOINT_SAMPLES_FILE) == log.generations
-    # another process, or a checkpoint folder that is not there: nothing written
-    (tmp_path / "checkpoint-8").mkdir()
-    callback.on_save(args, SimpleNamespace(is_world_process_zero=False, global_step=8), None)
-    assert not (tmp_path / "checkpoint-8" / CHECKPOINT_SAMPLES_FILE).exists()
-    callback.on_save(args, SimpleNamespace(is_world_process_zero=True, global_step=12), None)
-    assert not (tmp_path / "checkpoint-12").exists()
-
-
 def test_budget_record_holds_the_counts_and_the_inputs_that_planned_them() -> None:
     trainer = Trainer(group=2)
     log = SampleLog(trainer)
@@ -395,3 +326,75 @@ def test_budget_record_holds_the_counts_and_the_inputs_that_planned_them() -> No
     }
     cfg.shuffle_dataset = False
     assert budget_record(exp, cfg, log, 6, 1, "max_steps")["shuffle_dataset"] is False
+
+
+# ---- properties (last: the slowest) ----
+
+
+@SETTINGS
+@given(
+    st.integers(1, 4),  # num_generations
+    st.integers(1, 6),  # prompts per batch
+    st.integers(1, 4),  # steps_per_generation
+    st.integers(1, 3),  # num_iterations
+    st.integers(1, 4),  # gradient_accumulation_steps
+    st.integers(0, 40),  # budget
+)
+def test_derive_max_steps_samples_exactly_the_budget_or_names_the_key(
+    group: int, prompts: int, spg: int, iterations: int, accumulation: int, budget: int
+) -> None:
+    cfg = shape(
+        num_generations=group,
+        generation_batch_size=group * prompts,
+        steps_per_generation=spg,
+        num_iterations=iterations,
+        gradient_accumulation_steps=accumulation,
+    )
+    if budget % prompts:
+        with pytest.raises(
+            BudgetError, match=rf"^budget_prompts: {budget} is not a multiple of the {prompts} "
+        ):
+            derive_max_steps(budget, cfg)
+        return
+    micro = budget // prompts * spg * iterations
+    if micro % accumulation:
+        with pytest.raises(BudgetError, match=rf"^gradient_accumulation_steps: .* = {micro} micro-batches"):
+            derive_max_steps(budget, cfg)
+        return
+    steps = derive_max_steps(budget, cfg)
+    # the steps, read back: steps x accumulation micro-batches; each batch gives spg x iterations of them
+    assert steps * accumulation == micro
+    assert steps * accumulation // (spg * iterations) * prompts == budget
+
+
+@SETTINGS
+@given(st.integers(1, 12), st.data(), st.integers(0, 40), st.integers(0, 3))
+def test_prompt_schedule_is_seeded_epochs_of_distinct_rows(
+    n_rows: int, data: st.DataObject, total: int, seed: int
+) -> None:
+    per_epoch = data.draw(st.integers(1, n_rows))
+    order = prompt_schedule(n_rows, per_epoch, total, seed)
+    assert order == prompt_schedule(n_rows, per_epoch, total, seed)
+    assert len(order) == total
+    longer = prompt_schedule(n_rows, per_epoch, total + per_epoch, seed)
+    assert longer[:total] == order  # a longer budget extends the same draw
+    for start in range(0, total, per_epoch):
+        epoch = order[start : start + per_epoch]
+        assert len(set(epoch)) == len(epoch) and all(0 <= i < n_rows for i in epoch)
+
+
+def test_the_checkpoint_callback_saves_the_log_into_the_checkpoint(tmp_path: Path) -> None:
+    trainer = Trainer(group=2)
+    log = SampleLog(trainer)
+    feed(trainer, ["a", "a"], [1, 2])
+    callback = log.checkpoint_callback()
+    args = SimpleNamespace(output_dir=str(tmp_path))
+    (tmp_path / "checkpoint-4").mkdir()
+    callback.on_save(args, SimpleNamespace(is_world_process_zero=True, global_step=4), None)
+    assert SampleLog.read(tmp_path / "checkpoint-4" / CHECKPOINT_SAMPLES_FILE) == log.generations
+    # another process, or a checkpoint folder that is not there: nothing written
+    (tmp_path / "checkpoint-8").mkdir()
+    callback.on_save(args, SimpleNamespace(is_world_process_zero=False, global_step=8), None)
+    assert not (tmp_path / "checkpoint-8" / CHECKPOINT_SAMPLES_FILE).exists()
+    callback.on_save(args, SimpleNamespace(is_world_process_zero=True, global_step=12), None)
+    assert not (tmp_path / "checkpoint-12").exists()

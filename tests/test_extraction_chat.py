@@ -391,6 +391,22 @@ names = st.from_regex(r"[a-z][a-z0-9_]{0,6}", fullmatch=True).filter(
 )
 
 
+def test_the_last_kept_statement_ends_with_a_newline_when_the_text_does_not() -> None:
+    assert _drop_own_tests("print(1)\ndef add(a, b):\n    return a + b") == GOOD
+    ex = extract_code(None, chat("```python\nprint(1)\ndef add(a, b):\n    return a + b```"), "add")
+    assert ex.snippet == GOOD and ex.rules == ("own_tests",)
+
+
+def test_a_body_block_after_a_prompt_without_a_final_newline() -> None:
+    prompt = "def add(a, b):\n    '''Add.'''"
+    ex = extract_code(prompt, chat(fenced("return a + b\n")), "add")
+    assert ex.code == prompt + "\n    return a + b\n"
+    ast.parse(ex.code)
+
+
+# ---- properties (last: the slowest) ----
+
+
 @SETTINGS
 @given(
     names,
@@ -407,17 +423,4 @@ def test_any_wrapping_of_a_function_block_yields_it(
     ex = extract_code(None, turns, name)
     assert ex.ok and ex.snippet == code and ex.style == "chat" and ex.rules == ()
     assert has_implemented_function(ex, name)
-    ast.parse(ex.code)
-
-
-def test_the_last_kept_statement_ends_with_a_newline_when_the_text_does_not() -> None:
-    assert _drop_own_tests("print(1)\ndef add(a, b):\n    return a + b") == GOOD
-    ex = extract_code(None, chat("```python\nprint(1)\ndef add(a, b):\n    return a + b```"), "add")
-    assert ex.snippet == GOOD and ex.rules == ("own_tests",)
-
-
-def test_a_body_block_after_a_prompt_without_a_final_newline() -> None:
-    prompt = "def add(a, b):\n    '''Add.'''"
-    ex = extract_code(prompt, chat(fenced("return a + b\n")), "add")
-    assert ex.code == prompt + "\n    return a + b\n"
     ast.parse(ex.code)

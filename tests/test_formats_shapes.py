@@ -498,22 +498,6 @@ def test_literals_spell_every_json_value_and_the_floats_repr_cannot() -> None:
     assert _literal({"k": (2,)}) == "{'k': (2, )}"
 
 
-@SETTINGS
-@given(
-    st.recursive(
-        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
-        lambda inner: (
-            st.lists(inner, max_size=3)
-            | st.dictionaries(st.text(max_size=3), inner, max_size=3)
-            | st.tuples(inner, inner)
-        ),
-        max_leaves=8,
-    )
-)
-def test_every_value_survives_its_literal(value) -> None:
-    assert eval(_literal(value)) == value  # noqa: S307 - our own literal
-
-
 def test_task_for_stdio_passes_the_cases_and_the_options() -> None:
     tests = StdioTests((("1\n", "2\n"),))
     task = task_for("print(2)", tests, timeout=2.0, total_timeout=None, compare="tokens", float_tol=0.1)
@@ -563,3 +547,22 @@ def test_a_call_whose_value_equals_its_argument_needs_the_value_again_after_it()
     assert shown_cases(CallTests("f", (((5,), [5]),)), "f(5)") == (False,)
     assert shown_cases(StdioTests((("7", "7"),)), "7") == (False,)
     assert shown_cases(StdioTests((("7", "7"),)), "7 -> 7") == (True,)
+
+
+# ---- properties (last: the slowest) ----
+
+
+@SETTINGS
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+        lambda inner: (
+            st.lists(inner, max_size=3)
+            | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+            | st.tuples(inner, inner)
+        ),
+        max_leaves=8,
+    )
+)
+def test_every_value_survives_its_literal(value) -> None:
+    assert eval(_literal(value)) == value  # noqa: S307 - our own literal

@@ -121,20 +121,6 @@ def test_without_a_tolerance_real_tokens_are_exact_bytes() -> None:
     assert compare_output(b"0.50\n", b"0.5\n", "tokens") == "token 1: expected '0.5', got '0.50'"
 
 
-@SETTINGS
-@given(
-    st.floats(min_value=-1e6, max_value=1e6, allow_nan=False),
-    st.floats(min_value=1e-9, max_value=0.5),
-)
-def test_a_value_passes_iff_its_error_is_within_tolerance(want: float, tol: float) -> None:
-    want_b = repr(float(want)).encode()
-    b = float(want_b)
-    for got in (b + 2 * tol * max(1.0, abs(b)), b - 2 * tol * max(1.0, abs(b)), b):
-        got_b = repr(got).encode()
-        expect = abs(float(got_b) - b) <= tol * max(1.0, abs(b))
-        assert same(got_b, want_b, float_tol=tol) is expect, (got_b, want_b, tol)
-
-
 # ---- token and line structure --------------------------------------------------------------------------------
 def test_token_counts_must_match_and_the_message_says_so() -> None:
     assert compare_output(b"1 2", b"1 2 3", "tokens") == "expected 3 tokens, got 2"
@@ -206,6 +192,52 @@ def test_a_long_differing_value_is_quoted_cut_at_forty_characters() -> None:
     assert compare_output(b"x", forty_one, "tokens") == f"token 1: expected '{'b' * 40}...', got 'x'"
 
 
+def fresh(data: bytes) -> bytes:
+    """An equal bytes object that is not the same object (as a program's output never is)."""
+    return bytes(bytearray(data))
+
+
+def test_values_built_at_run_time_compare_by_value() -> None:
+    mode = "".join(["tok", "ens"])  # not the interned literal
+    assert same(b"1\n2", b"1 2", mode=mode)
+    assert same(fresh(b"1e400"), fresh(b"1e400"), float_tol=0.5)  # equal bytes, both overflowing
+    assert same(fresh(b"1e400"), fresh(b"1e400"), mode=mode, float_tol=0.5)
+
+
+def test_any_mode_but_tokens_compares_lines() -> None:
+    for mode in ("lines", "words", "zzz", ""):
+        assert not same(b"1\n2", b"1 2", mode=mode), mode
+
+
+def test_many_tokens_and_many_lines() -> None:
+    n = 300  # past the small integers CPython caches
+    tokens = b" ".join(b"%d" % i for i in range(n))
+    lines = b"\n".join(b"%d.5" % i for i in range(n))
+    assert same(tokens, fresh(tokens), mode="tokens") and same(
+        tokens, fresh(tokens), mode="tokens", float_tol=0.1
+    )
+    assert same(lines, fresh(lines)) and same(lines, fresh(lines), float_tol=0.1)
+    assert compare_output(lines + b"\nx", lines) == f"expected {n} lines, got {n + 1}"
+    assert compare_output(tokens + b" 1", tokens, "tokens") == f"expected {n} tokens, got {n + 1}"
+
+
+# ---- properties (last: the slowest) ----
+
+
+@SETTINGS
+@given(
+    st.floats(min_value=-1e6, max_value=1e6, allow_nan=False),
+    st.floats(min_value=1e-9, max_value=0.5),
+)
+def test_a_value_passes_iff_its_error_is_within_tolerance(want: float, tol: float) -> None:
+    want_b = repr(float(want)).encode()
+    b = float(want_b)
+    for got in (b + 2 * tol * max(1.0, abs(b)), b - 2 * tol * max(1.0, abs(b)), b):
+        got_b = repr(got).encode()
+        expect = abs(float(got_b) - b) <= tol * max(1.0, abs(b))
+        assert same(got_b, want_b, float_tol=tol) is expect, (got_b, want_b, tol)
+
+
 def test_inputs_over_the_size_limit_are_refused_and_at_it_compared() -> None:
     at_limit = b"1" * MAX_COMPARE_BYTES
     assert compare_output(at_limit, at_limit, "tokens") is None
@@ -248,32 +280,3 @@ def test_an_integer_off_by_one_is_always_wrong(values: list[int], data: st.DataO
             f"{'line 1: ' if mode == 'lines' else ''}token {i + 1}: expected '{values[i]}', got '{wrong[i]}'"
         )
         assert same(want, want, mode, 0.5)
-
-
-def fresh(data: bytes) -> bytes:
-    """An equal bytes object that is not the same object (as a program's output never is)."""
-    return bytes(bytearray(data))
-
-
-def test_values_built_at_run_time_compare_by_value() -> None:
-    mode = "".join(["tok", "ens"])  # not the interned literal
-    assert same(b"1\n2", b"1 2", mode=mode)
-    assert same(fresh(b"1e400"), fresh(b"1e400"), float_tol=0.5)  # equal bytes, both overflowing
-    assert same(fresh(b"1e400"), fresh(b"1e400"), mode=mode, float_tol=0.5)
-
-
-def test_any_mode_but_tokens_compares_lines() -> None:
-    for mode in ("lines", "words", "zzz", ""):
-        assert not same(b"1\n2", b"1 2", mode=mode), mode
-
-
-def test_many_tokens_and_many_lines() -> None:
-    n = 300  # past the small integers CPython caches
-    tokens = b" ".join(b"%d" % i for i in range(n))
-    lines = b"\n".join(b"%d.5" % i for i in range(n))
-    assert same(tokens, fresh(tokens), mode="tokens") and same(
-        tokens, fresh(tokens), mode="tokens", float_tol=0.1
-    )
-    assert same(lines, fresh(lines)) and same(lines, fresh(lines), float_tol=0.1)
-    assert compare_output(lines + b"\nx", lines) == f"expected {n} lines, got {n + 1}"
-    assert compare_output(tokens + b" 1", tokens, "tokens") == f"expected {n} tokens, got {n + 1}"
