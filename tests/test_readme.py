@@ -5,8 +5,8 @@
 - the first two quick starts (rewards scored through `.score`, two GRPOTrainer steps; PPOTrainer, ReinforceTrainer
   and a METHODS row in GRPOTrainer's place) print what the README says, and `trl grpo` trains on their output;
 - the third quick start's `passk compare` writes its report;
-- the methods table is `METHODS`, docs/methods.md's hyperparameters are `build_config`'s, the stdin/stdout reward
-  example of docs/rewards.md prints the values in its comments;
+- the methods table is `METHODS`, docs/methods.md's hyperparameters are `build_config`'s and its sources the
+  papers `METHODS` names, the stdin/stdout reward example of docs/rewards.md prints the values in its comments;
 - every relative link of the README and docs/ reaches a file (and its heading), and every path of the layout
   table in docs/README.md exists.
 
@@ -126,10 +126,19 @@ def test_the_set_up_commands_are_the_ones_ci_runs() -> None:
 def test_the_methods_table_is_METHODS() -> None:
     from experiments.trainers import METHODS
 
-    rows = re.findall(r"^\| `(\w+)` \| `([\w.]+)` \|", _section("## Methods"), flags=re.M)
-    assert [name for name, _ in rows] == list(METHODS)
-    for name, trainer in rows:
+    # A row names one method, or several that share a trainer (`a`, `b`).
+    rows = re.findall(r"^\| (`\w+`(?:, `\w+`)*) \| `([\w.]+)` \|", _section("## Methods"), flags=re.M)
+    names = [(name, trainer) for cell, trainer in rows for name in re.findall(r"`(\w+)`", cell)]
+    assert [name for name, _ in names] == list(METHODS)
+    for name, trainer in names:
         assert trainer.split(".")[-1] == METHODS[name].trainer_cls.__name__, name
+
+
+def test_the_documented_sources_are_METHODS_papers() -> None:
+    from experiments.trainers import METHODS
+
+    rows = re.findall(r"^\| `(\w+)` \| (.*) \|$", _section("## Sources", DOCS / "methods.md"), flags=re.M)
+    assert rows == [(name, spec.paper) for name, spec in METHODS.items()]
 
 
 def test_the_documented_hyperparameters_are_build_configs() -> None:
