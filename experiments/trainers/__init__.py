@@ -14,12 +14,16 @@ from typing import Any
 
 from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
+from .pkpo import PKPOConfig, PKPOTrainer
 from .ppo import PPOConfig, PPOTrainer
 from .reinforce import ReinforceConfig, ReinforceTrainer
 
 __all__ = [
     "METHODS",
     "MethodSpec",
+    "ORIGINAL_METHODS",
+    "PKPOConfig",
+    "PKPOTrainer",
     "PPOConfig",
     "PPOTrainer",
     "ReinforceConfig",
@@ -54,6 +58,12 @@ _PPO_HPARAMS = (
 # Procedure options that only passk's trainers have (the seed's choices, see docs/seed-fidelity.md). A shared
 # budget file may set them; they apply to the methods whose config has them and are reported for every method.
 PROCEDURE_OPTIONS = ("logprob_temperature", "loss_normalization")
+
+# What the GRPO variants' papers change; reported for each of them.
+_GRPO_VARIANT_HPARAMS = (
+    "beta", "epsilon", "epsilon_high", "loss_type", "scale_rewards", "importance_sampling_level",
+    "mask_truncated_completions", "num_iterations",
+)  # fmt: skip
 
 # GRPO's KL coefficient: DeepSeekMath's (Shao et al. 2024, section 4.2: "The KL coefficient is 0.04").
 GRPO_BETA = 0.04
@@ -118,8 +128,82 @@ METHODS: dict[str, MethodSpec] = {
             "Ahmadian et al. 2024, Back to Basics (RLOO), arXiv:2402.14740; TRL's RLOOTrainer",
             ("beta", "epsilon", "normalize_advantages", "num_iterations"),
         ),
+        # The GRPO variants: TRL's GRPOTrainer as it is, each with the values its paper changes from the `grpo` row
+        # (which keeps TRL's defaults: loss_type "dapo", scale_rewards "group", epsilon 0.2, token-level ratios).
+        # All four papers train without a KL term (beta 0), which the `grpo` row keeps from DeepSeekMath.
+        MethodSpec(
+            "dr_grpo",
+            GRPOTrainer,
+            GRPOConfig,
+            # Liu et al.: no 1/|o_i| length normalisation (the token sum over a constant, in TRL the
+            # max_completion_length) and no division by the group's reward std; beta 0 as in their training settings.
+            {"loss_type": "dr_grpo", "scale_rewards": "none", "beta": 0.0},
+            "Liu et al. 2025, Understanding R1-Zero-Like Training: A Critical Perspective (Dr. GRPO), arXiv:2503.20783",
+            _GRPO_VARIANT_HPARAMS,
+        ),
+        MethodSpec(
+            "dapo",
+            GRPOTrainer,
+            GRPOConfig,
+            # Yu et al. section 3 and 4.1: clip-higher (epsilon_low 0.2, epsilon_high 0.28), token-level loss, overlong
+            # filtering (truncated completions masked out of the loss), no KL term (section 2.3). Left out, as TRL
+            # has them not as config values: dynamic sampling (re-sampling until no group has all-equal rewards,
+            # which would change the budget) and the soft overlong punishment (a reward term, and the budget file
+            # names the reward functions).
+            {
+                "loss_type": "dapo",
+                "epsilon": 0.2,
+                "epsilon_high": 0.28,
+                "mask_truncated_completions": True,
+                "beta": 0.0,
+            },
+            "Yu et al. 2025, DAPO: An Open-Source LLM Reinforcement Learning System at Scale, arXiv:2503.14476",
+            _GRPO_VARIANT_HPARAMS,
+        ),
+        MethodSpec(
+            "gspo",
+            GRPOTrainer,
+            GRPOConfig,
+            # Zheng et al. (v2) section 5.1: one length-normalised importance ratio per sequence, clipped to
+            # [1 - 3e-4, 1 + 4e-4], the sequence-level objective (loss_type "grpo": a mean per sequence), no KL.
+            # The paper's 4 mini-batches per rollout are a generation shape (steps_per_generation), which the budget
+            # file sets for every method; on-policy (one step per generation) the ratio is 1 and the clip idle.
+            {
+                "importance_sampling_level": "sequence",
+                "loss_type": "grpo",
+                "epsilon": 3e-4,
+                "epsilon_high": 4e-4,
+                "beta": 0.0,
+            },
+            "Zheng et al. 2025, Group Sequence Policy Optimization (GSPO), arXiv:2507.18071",
+            _GRPO_VARIANT_HPARAMS,
+        ),
+        MethodSpec(
+            "cispo",
+            GRPOTrainer,
+            GRPOConfig,
+            # MiniMax-M1: clip the (detached) importance weight, not the update, with no lower bound (the paper tunes
+            # only the upper one), normalised by the batch's tokens; no KL term. epsilon_high is the value TRL
+            # documents for loss_type "cispo", a cap on the ratio itself: 5.0, ScaleRL's (arXiv:2510.13786).
+            {"loss_type": "cispo", "epsilon_high": 5.0, "beta": 0.0},
+            "MiniMax 2025, MiniMax-M1 (CISPO), arXiv:2506.13585",
+            _GRPO_VARIANT_HPARAMS,
+        ),
+        # Training for pass@k: GRPO (the `grpo` row's values) with PKPO's advantages for k = pkpo_k (pkpo.py).
+        # k = 2: the group size of the smallest shared budget files (cpu, seed, smollm2), so every one of them runs.
+        MethodSpec(
+            "pkpo",
+            PKPOTrainer,
+            PKPOConfig,
+            {"beta": GRPO_BETA, "pkpo_k": 2},
+            "Walder & Karkhanis 2025, Pass@K Policy Optimization (PKPO), arXiv:2505.15201",
+            ("pkpo_k", "beta", "epsilon", "loss_type", "num_iterations"),
+        ),
     )
 }
+
+# The seven methods the project started with (the demo's set; the tests too slow to run for every row run these).
+ORIGINAL_METHODS = ("vanilla_pg", "reinforce", "reinforce_kl", "reinforce_rloo", "ppo", "grpo", "rloo")
 
 
 def method_hparams(method: str, config: Any) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Every trainer in `experiments.trainers` computes its advantages and losses with these functions, and
 `tests/test_estimators.py` pins them with the hand-checkable numbers of the RL Fundamentals chapter (two-armed
 bandit, GAE limits, PPO clip cases) and against the seed experiment's loop implementation of RLOO (both documents:
-docs/provenance.md).
+docs/provenance.md). The pass@k objective (`max_at_k_estimate`, `pkpo_advantages`) is pinned against brute-force
+enumeration of every k-subset by `tests/test_passk_objective.py`.
 
 Conventions:
 - `rewards` are one scalar per completion, laid out group by group: `rewards.view(-1, group_size)` gives one
@@ -17,6 +18,7 @@ Conventions:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -31,7 +33,9 @@ __all__ = [
     "masked_mean",
     "masked_var",
     "masked_whiten",
+    "max_at_k_estimate",
     "normalize_rollout_advantages",
+    "pkpo_advantages",
     "policy_gradient_loss",
     "ppo_clip_loss",
     "rloo_advantages",
@@ -201,6 +205,104 @@ def rloo_advantages(rewards: torch.Tensor, group_size: int, normalize: bool = Fa
     if normalize:
         adv = _normalize_groups(adv, valid)
     return torch.nan_to_num(adv, nan=0.0).view(-1)
+
+
+def _comb(n: int, r: int) -> float:
+    """C(n, r), and 0 outside 0 <= r <= n (no such subsets)."""
+    return float(math.comb(n, r)) if 0 <= r <= n else 0.0
+
+
+def max_at_k_estimate(values: torch.Tensor, k: int) -> torch.Tensor:
+    """Unbiased estimate of maxg@k = E[max(g(x_1), ..., g(x_k))], k i.i.d. draws, from n >= k draws `values`.
+
+    The mean of the maximum over all C(n, k) subsets of size k (Walder & Karkhanis 2025, arXiv:2505.15201, eq. 12).
+    With the values sorted ascending, v_(0) <= ... <= v_(n-1), the value at rank r is the maximum of C(r, k-1)
+    subsets (itself and k-1 of the r below it), so
+
+        rho(n, k) = 1/C(n, k) * sum_r C(r, k-1) * v_(r).
+
+    For 0/1 rewards with c correct this is 1 - C(n-c, k)/C(n, k), the unbiased pass@k estimator of Chen et al. 2021.
+    """
+    n = values.numel()
+    if not 1 <= k <= n:
+        raise ValueError(f"max@k needs 1 <= k <= n draws; got k={k}, n={n}")
+    v = torch.sort(values.double()).values
+    weights = torch.tensor([_comb(r, k - 1) for r in range(n)], dtype=torch.float64)
+    return (weights * v).sum() / _comb(n, k)
+
+
+def _pkpo_group(g: torch.Tensor, k: int) -> torch.Tensor:
+    """`pkpo_advantages` for the n scorable rewards `g` of one prompt (n >= 2, 1 <= k <= n), in float64."""
+    n = g.numel()
+    order = torch.argsort(g, stable=True)
+    v = g[order].double()  # ascending; rank r = position in v
+    ranks = range(n)
+
+    def weights(fn) -> torch.Tensor:
+        return torch.tensor([fn(r) for r in ranks], dtype=torch.float64)
+
+    def after(x: torch.Tensor) -> torch.Tensor:  # sum over the ranks above each rank
+        return x.flip(0).cumsum(0).flip(0) - x
+
+    def before(x: torch.Tensor) -> torch.Tensor:  # sum over the ranks below each rank
+        return x.cumsum(0) - x
+
+    # s_i = 1/C(n, k) * sum over the k-subsets I holding i of max_I g. The maximum of I is either i itself
+    # (k-1 of the i ranks below: C(i, k-1) subsets) or a higher rank j (i, j and k-2 of the j-1 other ranks below j:
+    # C(j-1, k-2) subsets).
+    own_max = weights(lambda r: _comb(r, k - 1)) * v
+    higher_max = after(weights(lambda r: _comb(r - 1, k - 2)) * v)
+    s = (own_max + higher_max) / _comb(n, k)
+
+    # b_i: max@k' of the n-1 other completions, with k' = k (s^(loo)), or k-1 when k = n (s^(loo-1): there is no
+    # k-subset of the others). Without i, a rank j < i keeps its rank, a rank j > i moves down to j-1.
+    kb = k if k < n else k - 1
+    lower = before(weights(lambda r: _comb(r, kb - 1)) * v)
+    upper = after(weights(lambda r: _comb(r - 1, kb - 1)) * v)
+    b = (lower + upper) / _comb(n - 1, kb)
+
+    out = torch.empty_like(v)
+    out[order] = (n / k) * s - b
+    return out
+
+
+def pkpo_advantages(rewards: torch.Tensor, group_size: int, k: int) -> torch.Tensor:
+    """Pass@k Policy Optimization (Walder & Karkhanis 2025, arXiv:2505.15201): advantages whose policy gradient is
+    an unbiased estimate of the gradient of pass@k (maxg@k for rewards that are not 0/1), k <= group_size.
+
+    For one prompt's n completions with rewards g_1..g_n, the gradient of maxg@k = E[max of k draws] is estimated
+    without bias by averaging max_I g * sum_{j in I} grad log pi(x_j) over all C(n, k) subsets I of size k. Each
+    completion's coefficient is
+
+        s_i = 1/C(n, k) * sum_{|I| = k, i in I} max_{j in I} g_j      (the paper's s_i; for 0/1 rewards with c
+                                                                       correct: k/n if correct, else
+                                                                       k/n * (1 - C(n-c-1, k-1)/C(n-1, k-1)))
+
+    and any b_i that does not depend on x_i can be subtracted inside every subset term without bias. The baseline is
+    the max@k estimate of the n-1 other completions (`max_at_k_estimate`; the paper's leave-one-out s^(loo)), or
+    their max@(k-1) when k = n (the paper's s^(loo-1), which is defined for k = n, where no k-subset of the others
+    exists). The advantage, scaled so that its mean over the group is the estimate up to the constant 1/k:
+
+        A_i = (n/k) * s_i - b_i.
+
+    - k = 1: s_i = g_i / n and b_i the mean of the others, so A_i = g_i - mean_{j != i} g_j: RLOO's pass@1
+      advantage (`rloo_advantages`), as the paper notes.
+    - k = n: A_i = max_j g_j - max_{j != i} g_j: only a strictly best completion gets a nonzero advantage (its
+      margin over the runner-up), the leave-one-out pass@n advantage of Tang et al. 2025 (arXiv:2503.19595).
+    - 0/1 rewards: a correct completion gets 1 - b_i >= 0, an incorrect one rho(n-1, c, k-1) - b_i <= 0.
+
+    Rewards are laid out group by group. Unscorable completions (NaN) are left out of their group, which then has
+    n < group_size; a group with fewer than max(2, k) scorable completions gets advantage 0 (no estimate).
+    """
+    if not 1 <= k <= group_size:
+        raise ValueError(f"pass@k needs 1 <= k <= group_size; got k={k}, group_size={group_size}")
+    grouped = rewards.view(-1, group_size)
+    advantages = torch.zeros_like(grouped)
+    for row, out in zip(grouped, advantages):
+        valid = ~torch.isnan(row)
+        if int(valid.sum()) >= max(2, k):
+            out[valid] = _pkpo_group(row[valid], k).to(out.dtype)
+    return advantages.view(-1)
 
 
 def kl_k1(
