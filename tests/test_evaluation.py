@@ -15,6 +15,7 @@ from experiments.stats import (
     ProblemResult,
     bootstrap_ci,
     bootstrap_p_value,
+    coverage_ks,
     hierarchical_bootstrap,
     holm,
     pass_at_k,
@@ -64,6 +65,18 @@ def test_pass_at_k_large_n_stays_finite() -> None:
 def test_pass_at_k_rejects_impossible_inputs(n: int, c: int, k: int) -> None:
     with pytest.raises(ValueError):
         pass_at_k(n, c, k)
+
+
+@pytest.mark.parametrize(
+    ("n", "ks"), [(1, [1]), (2, [1, 2]), (4, [1, 2, 4]), (6, [1, 2, 4, 6]), (64, [1, 2, 4, 8, 16, 32, 64])]
+)
+def test_coverage_ks_are_the_powers_of_two_up_to_n_and_n(n: int, ks: list[int]) -> None:
+    assert coverage_ks(n) == ks
+
+
+def test_coverage_ks_rejects_no_samples() -> None:
+    with pytest.raises(ValueError):
+        coverage_ks(0)
 
 
 def test_pass_at_k_per_problem_vector() -> None:

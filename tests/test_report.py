@@ -551,3 +551,85 @@ def test_the_report_leads_with_its_verdict_and_seeds_read_as_ids(tmp_path: Path)
     line = next(x for x in text.splitlines() if x.startswith("- **Pass@1** (60 problems; before training "))
     # One method: its change from the start.
     assert ": a " in line and line.endswith(" after training, +0.0 pp [+0.0, +0.0].")
+
+
+# ---- coverage curves: pass@k for k = 1, 2, 4, ..., n ---------------------------------------------------------
+def _eval_n(correct: list[int], n: int, seed: int = 0) -> dict:
+    """An eval of len(correct) problems with n samples each, `correct[i]` of them passing."""
+    tasks = [f"task/{i}" for i in range(len(correct))]
+    correct = [int(c) for c in correct]
+    problems = [
+        ProblemResult(t, n, c, [1.0] * c + [0.0] * (n - c), c > n // 2, "    return x\n", 0)
+        for t, c in zip(tasks, correct)
+    ]
+    passk, g, avg = summarize(problems, ks=(1, n), seed=seed)
+    return EvalResult(passk, g, avg, len(problems), n, [1, n], 1000, 10.0, 1.0, problems).to_dict()
+
+
+def test_coverage_curve_runs_from_pass_at_1_to_coverage_and_its_bands_hold_the_points(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    n = 8
+    before = _eval_n(list(rng.binomial(n, rng.uniform(0, 0.4, size=40))), n)
+    dirs = [
+        _write_run(tmp_path / f"{m}-seed{s}", m, s, before,
+                   _eval_n(list(rng.binomial(n, rng.uniform(lo, hi, size=40))), n, seed=s), None)
+        for m, lo, hi in (("a", 0.0, 0.9), ("b", 0.3, 0.6)) for s in (0, 1)
+    ]  # fmt: skip
+    report = build_report(dirs, tmp_path)
+    cov = report["coverage"]
+    by_method = {e["method"]: e for e in report["methods"]}
+    assert cov["base"]["evals"] == 1  # four runs share one evaluation of the starting model: counted once
+    curves = [(cov["base"], by_method["a"]["before"], [before])]
+    for m in cov["methods"]:
+        afters = [
+            json.loads((d / "eval_after.json").read_text()) for d in dirs if d.name.startswith(m["method"])
+        ]
+        curves.append((m, by_method[m["method"]]["after"], afters))
+    assert [m["method"] for m in cov["methods"]] == ["a", "b"]
+    for curve, estimates, evals in curves:
+        assert curve["ks"] == [1, 2, 4, 8] and curve["n"] == n and curve["problems"] == 40
+        # k = 1 is the report's pass@1 (pooled over the seeds); k = n is coverage, counted from `correct` here.
+        assert curve["values"][0] == pytest.approx(estimates["pass@1"]["value"], abs=1e-6)
+        solved = np.mean([[p["correct"] > 0 for p in ev["problems"]] for ev in evals])
+        assert curve["coverage"]["value"] == pytest.approx(solved, abs=1e-6)
+        assert curve["values"][-1] == pytest.approx(solved, abs=1e-6)
+        assert curve["values"] == sorted(curve["values"])  # pass@k never falls with k
+        for value, (lo, hi) in zip(curve["values"], curve["ci"]):
+            assert lo <= value <= hi
+        assert curve["ci"][0][0] < curve["ci"][0][1]  # a real band, not a point (pass@1 is below 1 here)
+        lo, hi = curve["coverage"]["ci"]
+        assert lo <= curve["coverage"]["value"] <= hi
+
+
+def test_the_base_model_overtakes_a_sharpened_method_at_the_k_it_should(tmp_path: Path) -> None:
+    """By hand, n = 8 on 20 problems. The start solves one sample in 8 of 19 problems: pass@k = 19/20 x k/8 =
+    11.9%, 23.8%, 47.5%, 95%. Method `sharp` solves 9 problems always and the others never: 45% at every k, so the
+    start is not below it from k = 4. Method `broad` solves every problem always: 100%, never caught up to n."""
+    n = 8
+    before = _eval_n([1] * 19 + [0], n)
+    sharp = _eval_n([n] * 9 + [0] * 11, n)
+    broad = _eval_n([n] * 20, n)
+    dirs = [
+        _write_run(tmp_path / m, m, 0, before, ev, None) for m, ev in (("sharp", sharp), ("broad", broad))
+    ]
+    md = write_report(dirs, tmp_path / "out")
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    cov = report["coverage"]
+    assert cov["base"]["values"] == pytest.approx([19 / 20 * k / 8 for k in (1, 2, 4, 8)], abs=1e-6)
+    x = {m["method"]: m["crossover"] for m in cov["methods"]}
+    assert x["sharp"]["k"] == 4
+    assert [d["delta"] for d in x["sharp"]["deltas"]] == pytest.approx(
+        [0.45 - 19 / 20 * k / 8 for k in (1, 2, 4, 8)], abs=1e-6
+    )
+    assert x["sharp"]["at"]["delta"] == pytest.approx(0.45 - 0.475, abs=1e-6)
+    lo, hi = x["sharp"]["at"]["ci"]
+    assert lo <= x["sharp"]["at"]["delta"] <= hi
+    assert x["broad"]["k"] is None and x["broad"]["at"]["k"] == n
+    assert x["broad"]["at"]["delta"] == pytest.approx(0.05, abs=1e-6)
+    text = md.read_text()
+    section = text.split("## Pass@k against k (coverage)")[1].split("\n## ")[0]
+    assert "the starting model's pass@k is not below sharp's from k = 4 (sharp − start -2.5 pp" in section
+    assert "the starting model's pass@k stays below broad's up to k = n = 8" in section
+    assert "| Starting model (eval_before) | 1 | 20 | 8 | 11.9% [" in section
+    assert (tmp_path / "out" / "pass_at_k_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "(pass_at_k_curve.png)" in text

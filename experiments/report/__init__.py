@@ -37,6 +37,11 @@ What it reports:
   minus worse point estimate) with its paired 95% interval and a bootstrap p-value; a difference is called
   significant when its Holm-adjusted p-value is below 0.05 over all pairs of that metric (family-wise error
   <= 5% per metric). A method's rank is 1 + the number of methods significantly better than it.
+- Coverage: pass@k for k = 1, 2, 4, ..., n (the unbiased estimator on each eval's per-problem `correct` and `n`)
+  with bootstrap bands over problems and seeds, and coverage (the share of problems any of the n samples
+  solves), for the starting model (every distinct eval_before) and each method after training, drawn on a log2
+  k axis (`pass_at_k_curve.png`); per method, the smallest k at which the starting model's pass@k is not below
+  the method's (paired by run and problem, with the interval of the difference), or that it stays below up to n.
 - Coinciding curves: two runs whose logged curve (reward, KL, length, ...) matches at >= 90% of their common
   steps are named in a note, and drawn with distinct line styles and markers so that neither hides the other.
 
@@ -60,7 +65,7 @@ from pathlib import Path
 
 from experiments.report.analysis import CURVES, build_report
 from experiments.report.markdown import console_table, render_markdown
-from experiments.report.plots import plot_comparisons, plot_curve, plot_passk
+from experiments.report.plots import plot_comparisons, plot_coverage, plot_curve, plot_passk
 from experiments.report.runs import Run, fresh_prompts_at, load_run, zero_std_after_kl
 
 __all__ = [
@@ -91,6 +96,8 @@ def write_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
         plots["pass_at_k"] = "pass_at_k.png"
     else:
         report["skipped"].append("plot pass_at_k: no eval_before/eval_after metrics")
+    if plot_coverage(report.get("coverage"), order, out / "pass_at_k_curve.png"):
+        plots["pass_at_k_curve"] = "pass_at_k_curve.png"
     if plot_comparisons(report["comparisons"], out / "comparisons.png"):
         plots["comparisons"] = "comparisons.png"
     for stem, spec in report["curves"].items():

@@ -19,6 +19,7 @@ from experiments.report.runs import Run, fresh_prompts_at, load_run, run_label, 
 from experiments.stats import (
     bootstrap_ci,
     bootstrap_p_value,
+    coverage_ks,
     hierarchical_bootstrap,
     holm,
     paired_interval,
@@ -304,6 +305,7 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
             if result is not None:
                 comparisons[name] = result
 
+    coverage = _coverage(runs, order)
     curves, curve_skips = _curves(runs, order)
     skipped.extend(curve_skips)
     coincidences = _coincidences(runs, out_dir)
@@ -320,6 +322,7 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
         "methods": methods,
         "headline_k": k_all,
         "comparisons": comparisons,
+        **({"coverage": coverage} if coverage else {}),
         "runs": [_run_row(r, out_dir) for r in runs],
         "curves": curves,
         "coincidences": coincidences,
@@ -333,6 +336,93 @@ def build_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLi
         },
     }
     return _round(report)
+
+
+def _n_min(evals: Sequence[Mapping[str, Any]]) -> int | None:
+    """The fewest samples any problem of these evals has (the largest k of their pass@k), None without rows."""
+    ns = [int(r["n"]) for ev in evals for r in ev.get("problems") or []]
+    return min(ns) if ns and all(ev.get("problems") for ev in evals) else None
+
+
+def _curve(evals: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """pass@k for k = 1, 2, 4, ..., n of these evals (rows: seeds or runs, resampled within; problems resampled
+    once for every k), each with its 95% interval, and coverage: the share of problems that any of the n samples
+    solves, counted from `correct` (pass@n in the estimator's terms)."""
+    n = _n_min(evals)
+    if n is None:
+        return None
+    ks = coverage_ks(n)
+    values, cis = [], []
+    for k in ks:
+        mat = _matrix(evals, f"pass@{k}")
+        if mat is None:
+            return None
+        reps = hierarchical_bootstrap([mat[1]], n_bootstrap=N_BOOTSTRAP, seed=BOOTSTRAP_SEED)[:, 0]
+        values.append(float(mat[1].mean()))
+        cis.append(_interval(reps))
+    solved = np.array([[float(r["correct"] > 0) for r in ev["problems"]] for ev in evals])
+    reps = hierarchical_bootstrap([solved], n_bootstrap=N_BOOTSTRAP, seed=BOOTSTRAP_SEED)[:, 0]
+    return {
+        "n": n, "problems": solved.shape[1], "evals": len(evals), "ks": ks, "values": values, "ci": cis,
+        "coverage": {"value": float(solved.mean()), "ci": _interval(reps)},
+    }  # fmt: skip
+
+
+def _crossover(
+    befores: Sequence[Mapping[str, Any]], afters: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """Where the base model catches up with a method: at each k of both curves, the method's pass@k minus its own
+    runs' starting model's (paired by run and problem, `_delta_ci`), and the smallest k at which that difference is
+    not above 0 (`k`, None when it stays above 0 up to n) and at which its interval reaches 0 (`k_ci`)."""
+    n = min(_n_min(befores) or 0, _n_min(afters) or 0)
+    if n < 1:
+        return None
+    deltas = []
+    for k in coverage_ks(n):
+        name = f"pass@{k}"
+        b, a, ci = _matrix(befores, name), _matrix(afters, name), _delta_ci(befores, afters, name)
+        if b is None or a is None or ci is None:
+            return None
+        deltas.append({"k": k, "delta": float(a[1].mean() - b[1].mean()), "ci": ci})
+    at = next((d for d in deltas if d["delta"] <= 0), None)
+    at_ci = next((d for d in deltas if d["ci"][0] <= 0), None)
+    return {
+        "n": n, "k": at["k"] if at else None, "k_ci": at_ci["k"] if at_ci else None,
+        "at": at or deltas[-1], "deltas": deltas,
+    }  # fmt: skip
+
+
+def _distinct(evals: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The evals that differ in what they counted (task, n, correct per problem): runs that share one evaluation
+    of the starting model count it once."""
+    seen, out = set(), []
+    for ev in evals:
+        key = json.dumps([(r["task_id"], r["n"], r["correct"]) for r in ev.get("problems") or []])
+        if key not in seen:
+            seen.add(key)
+            out.append(ev)
+    return out
+
+
+def _coverage(runs: Sequence[Run], order: Sequence[str]) -> dict[str, Any] | None:
+    """Coverage curves: pass@k against k = 1, 2, 4, ..., n for the starting model (every run's eval_before, each
+    distinct evaluation once) and for each method after training (its seeds), and per method where the starting
+    model catches up (`_crossover`). None when no eval has per-problem rows."""
+    befores = [r.before for r in runs if r.before is not None]
+    base = _curve(_distinct(befores)) if befores else None
+    methods = []
+    for method in order:
+        mruns = [r for r in runs if r.method == method]
+        afters = [r.after for r in mruns if r.after is not None]
+        curve = _curve(afters) if afters and len(afters) == len(mruns) else None
+        if curve is None:
+            continue
+        paired = all(r.before is not None for r in mruns)
+        cross = _crossover([r.before for r in mruns], afters) if paired else None
+        methods.append({"method": method, "seeds": len(mruns), **curve, "crossover": cross})
+    if base is None and not methods:
+        return None
+    return {"base": base, "methods": methods}
 
 
 def _verdict(

@@ -233,6 +233,53 @@ def _seed_table(methods: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def _coverage_section(report: Mapping[str, Any]) -> list[str]:
+    """Pass@k for k = 1, 2, 4, ..., n and coverage per curve, then per method where the starting model catches up."""
+    cov = report.get("coverage")
+    if not cov:
+        return []
+    curves = ([("Starting model (eval_before)", cov["base"])] if cov.get("base") else []) + [
+        (m["method"], m) for m in cov["methods"]
+    ]
+    ks = sorted({k for _, c in curves for k in c["ks"]})
+    lines = ["", "## Pass@k against k (coverage)", ""]
+    lines.append(
+        "Pass@k for k = 1, 2, 4, ... up to the n samples per problem (unbiased estimator), each with its 95% bootstrap "
+        "interval (problems, and a method's seeds); coverage is the share of problems that at least one of the n "
+        "samples solves. A policy that only sharpens its distribution gains at small k and can lose at large k, "
+        "where the starting model's spread of samples catches up."
+    )
+    header = ["Model", "Runs", "Problems", "n"] + [f"Pass@{k}" for k in ks] + ["Coverage"]
+    lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for label, c in curves:
+        by_k = dict(zip(c["ks"], zip(c["values"], c["ci"])))
+        cells = [label, str(c.get("seeds", c["evals"])), _fmt_num(c["problems"], "d"), _fmt_num(c["n"], "d")]
+        for k in ks:
+            v = by_k.get(k)
+            cells.append(_fmt(f"pass@{k}", {"value": v[0], "ci": v[1]}) if v else "—")
+        cells.append(_fmt("pass@1", c["coverage"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = []
+    for m in cov["methods"]:
+        x = m.get("crossover")
+        if x is None:
+            continue
+        name, at = m["method"], x["at"]
+        diff = f"{name} − start {_fmt_delta('pass@1', at['delta'], at['ci'])}"
+        if x["k"] is not None:
+            text = f"the starting model's pass@k is not below {name}'s from k = {at['k']} ({diff}, paired)"
+        else:
+            text = f"the starting model's pass@k stays below {name}'s up to k = n = {x['n']} (at k = {at['k']}: {diff}, paired)"
+        if x["k_ci"] is not None and x["k_ci"] != x["k"]:
+            text += f"; the interval of the difference first reaches 0 at k = {x['k_ci']}"
+        elif x["k_ci"] is None:
+            text += "; its interval stays above 0 up to n"
+        notes.append(f"- **{name}**: {text}.")
+    if notes:
+        lines += ["", *notes]
+    return lines
+
+
 def _comparison_section(report: Mapping[str, Any]) -> list[str]:
     lines = ["", "## Between methods (after training)", ""]
     if report.get("single_seed"):
@@ -354,6 +401,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         )
         lines += ["", "## Seeds", "", note, ""]
         lines += _seed_table(methods)
+    lines += _coverage_section(report)
     if report["comparisons"]:
         lines += _comparison_section(report)
     lines += _runs_table(report)
@@ -361,7 +409,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     plots = report.get("plots", {})
     if plots:
         lines += ["", "## Plots", ""]
-        titles = {"pass_at_k": "Before and after training", "comparisons": "Between methods"}
+        titles = {"pass_at_k": "Before and after training", "comparisons": "Between methods",
+                  "pass_at_k_curve": "Pass@k against k"}  # fmt: skip
         for stem, fname in plots.items():
             title = report["curves"][stem]["title"] if stem in report["curves"] else titles.get(stem, stem)
             lines += [f"### {title}", "", f"![{title}]({fname})", ""]

@@ -160,3 +160,38 @@ def plot_comparisons(comparisons: Mapping[str, Any], path: Path) -> bool:
     fig.savefig(path, metadata=PNG_METADATA)
     plt.close(fig)
     return True
+
+
+def plot_coverage(coverage: Mapping[str, Any] | None, order: Sequence[str], path: Path) -> bool:
+    """Pass@k against k (log2 axis) for the starting model and each method, with 95% bands."""
+    import matplotlib.pyplot as plt
+
+    if not coverage:
+        return False
+    curves = (
+        [("starting model (eval_before)", coverage["base"], "#333333", "--")] if coverage.get("base") else []
+    )
+    colors = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(order)}
+    curves += [(m["method"], m, colors.get(m["method"], "#1f77b4"), "-") for m in coverage["methods"]]
+    if not curves:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    for label, c, color, style in curves:
+        ks = c["ks"]
+        ax.fill_between(ks, [100 * lo for lo, _ in c["ci"]], [100 * hi for _, hi in c["ci"]], color=color,
+                        alpha=0.15, linewidth=0)  # fmt: skip
+        ax.plot(ks, [100 * v for v in c["values"]], color=color, linestyle=style, marker="o", markersize=4,
+                label=f"{label} (coverage {100 * c['coverage']['value']:.1f}%)")  # fmt: skip
+    all_ks = sorted({k for _, c, _, _ in curves for k in c["ks"]})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(all_ks, [str(k) for k in all_ks])
+    ax.set_xlabel("k (samples per problem)")
+    ax.set_ylabel("pass@k (% of problems)")
+    ax.set_ylim(0, 105)
+    ax.set_title("Pass@k against k (bands: 95% bootstrap over problems and seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, metadata=PNG_METADATA)
+    plt.close(fig)
+    return True
