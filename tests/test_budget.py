@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from experiments.budget import BudgetError, derive_max_steps, prompt_schedule
-from experiments.trainers import METHODS
+from experiments.trainers import ORIGINAL_METHODS
 from experiments.trainers.ppo import CRITIC_LR_SCALE
 
 REPO = Path(__file__).resolve().parent.parent
@@ -57,7 +57,7 @@ def seven_runs(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -
 
     root = tmp_path_factory.mktemp("budget")
     runs = {}
-    for method in METHODS:
+    for method in ORIGINAL_METHODS:  # the later rows: tests/test_methods_variants.py
         run(*parse_config(_argv(method, str(tiny_model_dir), root / method)))
         runs[method] = _read(root / method)
     return runs
@@ -107,7 +107,7 @@ def test_run_json_carries_each_methods_hyperparameters(seven_runs: dict[str, dic
     assert all(
         h["logprob_temperature"] == 0.8 for h in hparams.values()
     )  # cpu.yaml sets no log-prob temperature
-    assert len({json.dumps(h, sort_keys=True) for h in hparams.values()}) == len(METHODS)
+    assert len({json.dumps(h, sort_keys=True) for h in hparams.values()}) == len(ORIGINAL_METHODS)
 
 
 @pytest.mark.slow
