@@ -327,7 +327,7 @@ def test_demo_runs_every_method_on_the_demo_budget(
 ) -> None:
     from experiments import cli, warm_start
     from experiments.config import parse_config
-    from experiments.trainers import METHODS
+    from experiments.trainers import METHODS, ORIGINAL_METHODS
 
     calls = {}
     monkeypatch.setattr(warm_start, "warm_started_model", lambda *a, **k: "warm")
@@ -336,7 +336,7 @@ def test_demo_runs_every_method_on_the_demo_budget(
         cli, "compare", lambda config, out, **kw: calls.update(config=config, **kw) or out / "r.md"
     )
     assert cli.main(["demo", "--out", str(tmp_path)]) == 0, capsys.readouterr().err
-    assert calls["config"] == str(CONFIGS / "demo.yaml") and calls["methods"] == list(METHODS)
+    assert calls["config"] == str(CONFIGS / "demo.yaml") and calls["methods"] == list(ORIGINAL_METHODS)
     for method in METHODS:
         exp, cfg = parse_config([calls["config"], "--method", method])
         assert exp.dataset == "learnable" and exp.warm_start_steps > 0 and exp.budget_prompts == 320
