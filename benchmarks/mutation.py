@@ -127,7 +127,7 @@ TARGETS: dict[str, dict] = {
         "after": ["tests/test_budget_edges.py"],
     },
     "sandbox_verdict": {
-        "paths": ["sandbox/_zygote.py"],
+        "paths": ["sandbox/_zygote/judge.py", "sandbox/_zygote/__init__.py"],
         # The verdict path: reply frames, the rpc and exec judges, and the mapping to a status and flags.
         "definitions": [
             "_frame",

@@ -1,8 +1,8 @@
 """The owner's side of the sandbox: a pool of zygote workers driven by one I/O thread, and the results.
 
-The zygotes (``_zygote.py``) are started with fork+exec of a small ``python -I -S`` that never imported torch
-or CUDA, so starting them is safe from a trainer that already initialised CUDA. A zygote exits when its stdin
-closes, i.e. when this process closes the pool, is garbage collected, exits or is killed.
+The zygotes (the ``_zygote`` package) are started with fork+exec of a small ``python -I -S`` that never
+imported torch or CUDA, so starting them is safe from a trainer that already initialised CUDA. A zygote exits
+when its stdin closes, i.e. when this process closes the pool, is garbage collected, exits or is killed.
 
 One thread (``sandbox-io``) serves every worker from a single ``selectors`` loop: it keeps a few tasks in
 flight at each zygote (several per frame), so a zygote never waits for the owner between two tasks, and
@@ -39,7 +39,7 @@ __all__ = ["Result", "Sandbox", "Status", "arun_batch", "get_sandbox", "run", "r
 
 log = logging.getLogger("sandbox")
 
-ZYGOTE = Path(__file__).with_name("_zygote.py")
+ZYGOTE = Path(__file__).with_name("_zygote")  # the zygote package; its parent directory goes on sys.path
 # Imported rather than run as a script, so that its bytecode comes from the .pyc cache instead of a compile.
 LAUNCH = "import sys; sys.path.insert(0, sys.argv[1]); import _zygote; _zygote.run(sys.argv[2])"
 MAX_PROGRAM_BYTES = 1 << 20  # program, tests and trusted code each: bounds the judge's parsing and memory
@@ -210,7 +210,7 @@ _loads = json.JSONDecoder().decode
 
 def _frame(obj: Any) -> bytes:
     """A frame to a judge: length + JSON. Frames, task keys and result keys: docs/contracts.md, "The sandbox
-    protocol" (the judge's side is _zygote.py)."""
+    protocol" (the judge's side is _zygote/judge.py)."""
     data = _dumps(obj).encode()
     return struct.pack(">I", len(data)) + data
 
@@ -384,8 +384,8 @@ class _Pool:
                     if frames is None:
                         raise RuntimeError(
                             f"sandbox: worker {w.slot} exited while starting "
-                            f"({w.proc.poll() if w.proc else '?'}); run python -I -S "
-                            f"{ZYGOTE} '{{}}' to see why"
+                            f"({w.proc.poll() if w.proc else '?'}); run python -I -S -c '{LAUNCH}' "
+                            f"{ZYGOTE.parent} '{{}}' to see why"
                         )
                     for frame in frames:
                         w.hello = frame["hello"]

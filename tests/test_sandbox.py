@@ -271,7 +271,7 @@ def test_per_assert_counts(sb):
 def test_calls_sent_ahead_behave_like_live_calls(sb):
     """The leading literal asserts' calls go with the task (one wake-up); the candidate sees the same calls in
     the same order, and a hang or an exit halfway gives the same partial counts as call-by-call."""
-    from sandbox import _zygote
+    from sandbox._zygote import judge as _zygote
 
     counter = "n = 0\n\ndef f(x):\n    global n\n    n += 1\n    return (x, n)\n"
     tests = textwrap.dedent("""

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from sandbox import Sandbox, Status
-from sandbox import _zygote as zygote
+from sandbox._zygote import spawner
+from sandbox._zygote import wire as zygote
 from sandbox.executor import claim_uids
 
 UID_BASE = 62500 + 16 * (os.getpid() % 100)  # away from the default 61000 and from the other test modules
@@ -282,7 +283,7 @@ def test_scratch_is_a_fresh_limited_tmpfs(sb):
         print(json.dumps({"made": made, "errno": err}))
     """)
     out = report(sb, program)
-    assert 0 < out["made"] < zygote.SCRATCH_INODES and out["errno"] == 28  # ENOSPC
+    assert 0 < out["made"] < spawner.SCRATCH_INODES and out["errno"] == 28  # ENOSPC
     assert report(sb, "import json, os\nprint(json.dumps(os.listdir('.')))\n") == []
 
 

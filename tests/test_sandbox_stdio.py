@@ -9,7 +9,7 @@ import os
 import pytest
 
 from sandbox import Sandbox, Status, compare_output
-from sandbox import _zygote as zygote
+from sandbox._zygote import candidate as zygote
 from sandbox.formats import CallTests, StdioTests, detect_format, read_tests, task_for
 
 UID_BASE = 62500 + 16 * (os.getpid() % 100)  # away from the default 61000 and from test_sandbox.py's range

@@ -259,7 +259,7 @@ def test_outputs_are_compared_after_the_last_case(monkeypatch, stop_on_failure):
     a case that starts after it can read that from the clock. So the judge runs every case first and compares
     after, except with stop_on_failure, which must know at once (and tells the next case only that the last one
     passed)."""
-    from sandbox import _zygote as zygote
+    from sandbox._zygote import stdio_judge as zygote
 
     events: list[str] = []
 

@@ -1,7 +1,7 @@
 """Forged verdicts, in both sandbox modes: every way a program can claim a pass that it did not earn fails, with
 the status and the flag that say why.
 
-The candidate's end of the reply pipe is fd 4 (sandbox/_zygote.py: each frame a 4-byte big-endian length and
+The candidate's end of the reply pipe is fd 4 (sandbox/_zygote/wire.py: each frame a 4-byte big-endian length and
 JSON). In exec mode the verdict is `["nonce", <this task's nonce>]`, written after the tests return; in rpc
 mode the judge asks and the candidate answers `["ok"]` once loaded, then `["ret", value]` per call. Every
 program here runs through the sandbox's public `run`, with its uid drop and every layer on.
