@@ -1,9 +1,9 @@
 """The RL methods of passk by name: `METHODS` binds each to its trainer, config, defining values and paper.
 
 `build_config(method, **overrides)` builds a method's config, and every trainer takes GRPOTrainer's constructor,
-so the runner builds any of them the same way. `PPOTrainer` (ppo.py) and `ReinforceTrainer` (reinforce.py) are
-passk's own, on GRPOTrainer's seams (seams.py). The methods, where they coincide, their hyperparameters and
-sources: docs/methods.md. To add a method, add one `MethodSpec` to `METHODS` below.
+so the runner builds any of them the same way. `PPOTrainer` (ppo.py), `ReinforceTrainer` (reinforce.py) and
+`PKPOTrainer` (pkpo.py) are passk's own, on GRPOTrainer's seams (seams.py). The methods, where they coincide, their
+hyperparameters and sources: docs/methods.md. To add a method, add one `MethodSpec` to `METHODS` below.
 """
 
 from __future__ import annotations
