@@ -103,7 +103,8 @@ class Phases:
 
 
 def _parse(method: str, extra: list[str]) -> tuple[Any, Any]:
-    from experiments.config import config_path, parse_config
+    from experiments.argv import parse_config
+    from experiments.config import config_path
 
     return parse_config([str(config_path(BUDGET)), "--method", method, *extra])
 
@@ -121,7 +122,7 @@ def worker_step(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
                                     "--eval_every_n_steps", "0", *extra])  # fmt: skip
     runner.setup_torch(exp, cfg)
     train_rows, _ = runner.build_datasets(exp)
-    model_path = runner.starting_model(exp)
+    model_path = runner.starting_model(exp.model, exp.warm_start_steps, seed=exp.split_seed)
     runner.apply_model_sampling(exp, cfg, model_path)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     from experiments.config import method_spec
@@ -206,7 +207,7 @@ def worker_eval(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     exp, cfg = _parse(args.method, ["--n_eval", str(EVAL_PROBLEMS), *extra])
     runner.setup_torch(exp, cfg)
     _, eval_rows = runner.build_datasets(exp)
-    model_path = runner.starting_model(exp)
+    model_path = runner.starting_model(exp.model, exp.warm_start_steps, seed=exp.split_seed)
     sampling = runner.apply_model_sampling(exp, cfg, model_path)
     model, tokenizer = runner.load_for_eval(model_path, cfg)
     kwargs = eval_kwargs(exp, cfg.seed, sampling["eval"])
@@ -239,7 +240,9 @@ def worker_kernels(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]
 
     exp, cfg = _parse(args.method, extra)
     runner.setup_torch(exp, cfg)
-    model = AutoModelForCausalLM.from_pretrained(runner.starting_model(exp), dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        runner.starting_model(exp.model, exp.warm_start_steps, seed=exp.split_seed), dtype=torch.float32
+    ).eval()
     out: dict[str, Any] = {"torch_threads": torch.get_num_threads()}
 
     def best_of(fn: Callable[[], Any], repeats: int = 3) -> float:
@@ -264,7 +267,9 @@ def worker_kernels(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]
     # distributions on them are as sharp as in an evaluation, which random token ids would not give.
     from experiments.evaluation import _prompt_ids
 
-    tokenizer = AutoTokenizer.from_pretrained(runner.starting_model(exp))
+    tokenizer = AutoTokenizer.from_pretrained(
+        runner.starting_model(exp.model, exp.warm_start_steps, seed=exp.split_seed)
+    )
     _, eval_rows = runner.build_datasets(exp)
     prompts = [_prompt_ids(tokenizer, row["prompt"]) for row in eval_rows.select(range(64))]
     width = min(map(len, prompts))

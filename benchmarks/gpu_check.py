@@ -273,7 +273,7 @@ def measure(a: argparse.Namespace, method: str, model: str, root: Path, timer: G
     """Train `method` for `--cycles` generation cycles; its step times, generation rate and peak memory."""
     import torch
 
-    from experiments.config import parse_config
+    from experiments.argv import parse_config
     from experiments.train import run
 
     out_dir = root / "runs" / method
@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
             results["gpu"] = torch.cuda.get_device_name(0)
             print(f"gpu: {results['gpu']}, torch {torch.__version__}", flush=True)
 
-        from experiments.config import parse_config
+        from experiments.argv import parse_config
         from experiments.train import run
         from experiments.trainers import METHODS
 

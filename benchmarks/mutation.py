@@ -83,8 +83,8 @@ TARGETS: dict[str, dict] = {
         "after": ["tests/test_statistics_meaning.py"],
     },
     "config": {
-        "paths": ["experiments/config.py"],
-        "definitions": ["validate", "_generation_batch", "_world_size", "_apply_budget"],
+        "paths": ["experiments/validation.py"],
+        "definitions": ["validate", "_generation_batch", "_world_size", "apply_budget"],
         "before": ["tests/test_config.py"],
         "after": ["tests/test_validation_boundaries.py"],
     },

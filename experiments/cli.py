@@ -37,24 +37,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.compare import REPO_ROOT, ComparisonInterrupted, child_env, compare
-from experiments.config import (
-    ExperimentArgs,
-    check_types,
+from experiments.argv import (
     cli_value,
-    config_path,
     did_you_mean,
     flag_keys,
     join_negative_values,
     load_yaml,
-    method_spec,
     overrides_for,
     parse_config,
     rename_trl_flags,
     split_config_argv,
     trl_parser_cls,
 )
+from experiments.compare import REPO_ROOT, ComparisonInterrupted, child_env, compare
+from experiments.config import ExperimentArgs, config_path, method_spec
 from experiments.errors import USER_ERRORS, CliError, ConfigError
+from experiments.validation import check_types
 
 ACCELERATE_CONFIG_DIR = REPO_ROOT / "accelerate_configs"
 DEMO_CONFIG = "demo"
@@ -423,7 +421,7 @@ def cmd_eval(argv: Sequence[str]) -> int:
 
 def _evaluate(model: str, exp: ExperimentArgs, ea: EvalArgs, run_log: Any, torch: Any) -> int:
     """`passk eval` once its arguments are parsed: the model is found before any data is touched."""
-    from experiments.data import build_datasets
+    from experiments.data import DataSpec, build_datasets
     from experiments.evaluation import evaluate_to_file
     from experiments.models import eval_generation_kwargs, load_model_and_tokenizer, model_sampling
 
@@ -435,8 +433,8 @@ def _evaluate(model: str, exp: ExperimentArgs, ea: EvalArgs, run_log: Any, torch
         raise ConfigError(f"dtype: must be auto, float32 or bfloat16, got {ea.dtype!r}")
     if exp.num_threads and (ea.device == "cpu" or not torch.cuda.is_available()):
         torch.set_num_threads(exp.num_threads)
-    path = _model_folder(model, exp)
-    train_rows, eval_rows = build_datasets(exp)
+    path = _model_folder(model)
+    train_rows, eval_rows = build_datasets(DataSpec.from_config(exp))
     rows = eval_rows if ea.split == "eval" else train_rows
     out = Path(ea.out) if ea.out else (Path(path) / "eval.json" if Path(path).is_dir() and Path(model).is_dir()
                                        else Path("eval.json"))  # fmt: skip
@@ -470,7 +468,7 @@ def _run_record_of(model: str) -> Path | None:
     return None
 
 
-def _model_folder(model: str, exp: ExperimentArgs) -> str:
+def _model_folder(model: str) -> str:
     """MODEL as a folder that holds weights: a run directory's saved model, else its last checkpoint."""
     p = Path(model)
     if p.is_dir() and not (p / "config.json").is_file() and not (p / "adapter_config.json").is_file():
@@ -486,8 +484,7 @@ def _model_folder(model: str, exp: ExperimentArgs) -> str:
         return str(p)
     from experiments.warm_start import resolve_base_model
 
-    exp.model = model
-    return resolve_base_model(exp)
+    return resolve_base_model(model)
 
 
 # --------------------------------------------------------------------------------------------------- compare
@@ -645,7 +642,7 @@ def cmd_demo(argv: Sequence[str]) -> int:
     setup_torch(exp, cfg)
     try:
         with _libraries_to(out / "logs" / PARENT_LOG):
-            base = resolve_base_model(exp)
+            base = resolve_base_model(exp.model)
             if exp.warm_start_steps:
                 steps = exp.warm_start_steps
                 if warm_start_cached(base, steps, seed=exp.split_seed):

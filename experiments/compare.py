@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments.config import overrides_for, parse_config
+from experiments.argv import overrides_for, parse_config
 from experiments.errors import CliError, ConfigError
 
 __all__ = ["REPO_ROOT", "ComparisonInterrupted", "child_env", "compare"]
@@ -47,7 +47,7 @@ def _resume_plan(exp: Any, cfg: Any, argv: list[str]) -> tuple[str, list[str]]:
     its budget (it is kept, not run: a finished run has nothing to resume), ("resume", argv) from its last whole
     checkpoint, else ("start", argv without --resume): no checkpoint was saved (never started, or stopped before
     its first save), so it starts again."""
-    from experiments.config import drop_flags
+    from experiments.argv import drop_flags
     from experiments.train import finished_run, last_checkpoint
 
     out = Path(cfg.output_dir)
@@ -101,8 +101,8 @@ def compare(
     at a time, its output in `out/logs/<run>.log` and its progress on one console line (experiments.progress);
     `verbose` runs them one at a time with their output on the console, `in_process` in this process.
     """
-    from experiments.config import check_output_dir
     from experiments.trainers import METHODS
+    from experiments.validation import check_output_dir
 
     out = Path(out)
     methods = list(methods or METHODS)
@@ -179,7 +179,7 @@ def compare(
 
 
 def _interrupted(runs: Sequence[tuple[str, Path, list[str]]]) -> ComparisonInterrupted:
-    from experiments.config import parse_config
+    from experiments.argv import parse_config
     from experiments.train import finished_run, last_checkpoint
 
     done, left = [], []

@@ -7,8 +7,8 @@
   format (`sandbox.formats`), which it reduces to `task_id`, `statement` and the format's test columns.
 - `split_dataset(ds, n_train, n_eval, seed)` splits by a hash of each task id, so the split is the same on every
   run, machine and library version.
-- `build_datasets(exp)`: a config's (train rows, eval rows): HumanEval or a local file split as above, or the
-  learnable task's training and held-out rows (experiments.tasks).
+- `build_datasets(spec)`: a config's (train rows, eval rows) from its data keys (`DataSpec`): HumanEval or a local
+  file split as above, or the learnable task's training and held-out rows (experiments.tasks).
 - `to_rl_rows(ds, style)` adds `code_prompt` and turns `prompt` into what the trainers feed the model: the raw
   code prompt (completion style) or a chat message list (chat style); for stdin/stdout problems, the statement.
 - `problem_kind(columns)`: "function" or "stdio", which decides the rewards a run and its evaluation use.
@@ -21,15 +21,13 @@ import hashlib
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from datasets import Dataset, DatasetDict
 
 from experiments.errors import DataError
-
-if TYPE_CHECKING:
-    from experiments.config import ExperimentArgs
 
 HUMANEVAL_COLUMNS: tuple[str, ...] = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
 # Rows lacking these cannot be scored by the unit-test rewards.
@@ -378,21 +376,38 @@ def _stdio_rl_rows(ds: Dataset, style: str, system_prompt: str | None, instructi
     return out.select_columns(["prompt", "code_prompt", *rest.column_names])
 
 
-def build_datasets(exp: ExperimentArgs) -> tuple[Any, Any]:
-    """(train rows, eval rows) for the trainer and the evaluator, per `exp.dataset` and `exp.style`."""
-    if exp.dataset == "learnable":
+@dataclass(frozen=True)
+class DataSpec:
+    """What the rows are built from: the config's data keys, by the same names (see ExperimentArgs)."""
+
+    dataset: str = "humaneval"
+    n_train: int = 50
+    n_eval: int = 30
+    split_seed: int = 0
+    style: str = "completion"
+    system_prompt: str | None = None
+
+    @classmethod
+    def from_config(cls, config: Any) -> DataSpec:
+        """The data keys of any object that has them (a parsed `ExperimentArgs`)."""
+        return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})
+
+
+def build_datasets(spec: DataSpec) -> tuple[Any, Any]:
+    """(train rows, eval rows) for the trainer and the evaluator, per `spec.dataset` and `spec.style`."""
+    if spec.dataset == "learnable":
         from experiments import tasks
 
         # Held-out problem identities never appear in training rows (tasks.is_heldout).
-        train = tasks.train_rows(exp.n_train, seed=exp.split_seed)
-        evaluation = tasks.heldout_rows(exp.n_eval, seed=exp.split_seed)
+        train = tasks.train_rows(spec.n_train, seed=spec.split_seed)
+        evaluation = tasks.heldout_rows(spec.n_eval, seed=spec.split_seed)
     else:
-        source = None if exp.dataset == "humaneval" else exp.dataset
+        source = None if spec.dataset == "humaneval" else spec.dataset
         split = split_dataset(
-            load_problems(source), n_train=exp.n_train, n_eval=exp.n_eval, seed=exp.split_seed
+            load_problems(source), n_train=spec.n_train, n_eval=spec.n_eval, seed=spec.split_seed
         )
         train, evaluation = split["train"], split["eval"]
-    if not exp.n_eval:  # no evaluation: zero rows, but the columns of the train rows
+    if not spec.n_eval:  # no evaluation: zero rows, but the columns of the train rows
         evaluation = train.select([])
-    rows = {"style": exp.style, "system_prompt": exp.system_prompt}
+    rows = {"style": spec.style, "system_prompt": spec.system_prompt}
     return to_rl_rows(train, **rows), to_rl_rows(evaluation, **rows)

@@ -4,7 +4,8 @@
 stdin/stdout problems (`experiments.data.problem_kind`) "unit_test" and "partial" are their stdin/stdout twins.
 Any other name is imported as `package.module.attr`, `package.module:attr` or `path/to/file.py:attr`. A name that
 cannot be imported, or "format" on problems that name no function, is a `ConfigError`, raised before any model
-is loaded.
+is loaded. `build_reward_funcs` takes the config's reward keys as values (`RewardSpec`); `BUILTIN_REWARDS`, the
+names a config may give, is what experiments.validation checks them against.
 """
 
 from __future__ import annotations
@@ -13,15 +14,14 @@ import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from experiments.errors import ConfigError
 
-if TYPE_CHECKING:
-    from experiments.config import ExperimentArgs
-
-__all__ = ["build_reward_funcs", "import_dotted"]
+__all__ = ["BUILTIN", "BUILTIN_REWARDS", "RewardSpec", "build_reward_funcs", "import_dotted"]
 
 
 def import_dotted(path: str) -> Any:
@@ -49,16 +49,31 @@ BUILTIN = {
     "function": {"unit_test": "unit_test", "partial": "partial_test", "format": "format"},
     "stdio": {"unit_test": "stdio_test", "partial": "stdio_partial"},
 }
+BUILTIN_REWARDS: tuple[str, ...] = tuple(BUILTIN["function"])  # the built-in names a config may give
 
 
-def build_reward_funcs(exp: ExperimentArgs, kind: str = "function") -> list[Any]:
-    """The reward callables named by `exp.reward_funcs` (see ExperimentArgs), for problems of `kind`
-    ("function" or "stdio")."""
+@dataclass(frozen=True)
+class RewardSpec:
+    """What the rewards are built from: the config's reward keys, by the same names (see ExperimentArgs)."""
+
+    reward_funcs: Sequence[str] = ("unit_test",)
+    reward_timeout: float = 3.0
+    reward_memory_mb: int = 1024
+    reward_stdio_tests: str = "hidden"
+
+    @classmethod
+    def from_config(cls, config: Any) -> RewardSpec:
+        """The reward keys of any object that has them (a parsed `ExperimentArgs`)."""
+        return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})
+
+
+def build_reward_funcs(spec: RewardSpec, kind: str = "function") -> list[Any]:
+    """The reward callables named by `spec.reward_funcs`, for problems of `kind` ("function" or "stdio")."""
     import rewards
 
-    sandbox = {"timeout": exp.reward_timeout, "memory_mb": exp.reward_memory_mb}
+    sandbox = {"timeout": spec.reward_timeout, "memory_mb": spec.reward_memory_mb}
     funcs: list[Any] = []
-    for name in exp.reward_funcs:
+    for name in spec.reward_funcs:
         if name in BUILTIN["function"]:
             reward = BUILTIN[kind].get(name)
             if reward is None:
@@ -68,7 +83,7 @@ def build_reward_funcs(exp: ExperimentArgs, kind: str = "function") -> list[Any]
                 )
             options = {} if reward == "format" else dict(sandbox)
             if kind == "stdio":  # which cases score: those the prompt does not show, by default
-                options["tests"] = exp.reward_stdio_tests
+                options["tests"] = spec.reward_stdio_tests
             funcs.append(rewards.make_reward(reward, **options))
         else:
             funcs.append(import_dotted(name))

@@ -39,9 +39,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments.argv import drop_flags, parse_config
 from experiments.budget import scheduled_rows
-from experiments.config import ExperimentArgs, check_output_dir, drop_flags, method_spec, parse_config
-from experiments.data import build_datasets, problem_kind
+from experiments.config import ExperimentArgs, method_spec
+from experiments.data import DataSpec, build_datasets, problem_kind
 from experiments.errors import USER_ERRORS, ConfigError
 from experiments.models import (
     MODEL_SAMPLING_KEYS,
@@ -50,8 +51,9 @@ from experiments.models import (
     model_sampling,
 )
 from experiments.progress import attach, note
-from experiments.reward_funcs import build_reward_funcs
+from experiments.reward_funcs import RewardSpec, build_reward_funcs
 from experiments.run_record import run_budget_record, run_record
+from experiments.validation import check_output_dir, sharded_weights
 from experiments.warm_start import starting_model
 
 logger = logging.getLogger("passk.train")
@@ -120,8 +122,6 @@ def lora_config(exp: ExperimentArgs) -> Any:
 
 
 def _is_sharded(cfg: Any) -> bool:
-    from experiments.config import sharded_weights
-
     return bool(getattr(cfg, "fsdp", None)) or sharded_weights()
 
 
@@ -453,13 +453,13 @@ def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunL
 
     # Everything that can fail on a bad value, before any model is loaded.
     spec = method_spec(exp.method or "")
-    train_rows, eval_rows = build_datasets(exp)
+    train_rows, eval_rows = build_datasets(DataSpec.from_config(exp))
     train_rows = scheduled_rows(exp, train_rows, cfg.seed)
-    reward_funcs = build_reward_funcs(exp, problem_kind(train_rows.column_names))
+    reward_funcs = build_reward_funcs(RewardSpec.from_config(exp), problem_kind(train_rows.column_names))
     peft_config = lora_config(exp)
 
     with state.main_process_first():  # one process builds the cached models; the others then find them
-        model_path = starting_model(exp)
+        model_path = starting_model(exp.model, exp.warm_start_steps, seed=exp.split_seed)
     if exp.overwrite and state.is_main_process and out.is_dir():
         shutil.rmtree(out)
     state.wait_for_everyone()

@@ -2,16 +2,16 @@
 
 - `task_model_path()`: the learnable task's own model, a randomly initialised 0.9M-parameter Qwen2 with a BPE
   trained on the task's training split, built once and cached (`experiments.models.tiny_model_path`).
-- `resolve_base_model(exp)`: a folder or hub id for `exp.model` ("task" is `task_model_path()`; every other name
-  goes through `experiments.models.resolve_model`).
+- `resolve_base_model(model)`: a folder or hub id for a config's `model` ("task" is `task_model_path()`; every
+  other name goes through `experiments.models.resolve_model`).
 - `warm_start(model_dir, out_dir)`: a short supervised fine-tune with TRL's `SFTTrainer` on the task's training
   split (prompt-completion data, loss on the completion only) that stops while the model is only partly right:
   after `WARM_START_STEPS` (95, about 12 s) the task model passes 215 of 1000 held-out samples at T=1 and 338 of
   500 greedily. Most of its errors are miscopied constants, which a unit-test reward can fix; that leaves room for
   RL to show a gain far beyond sampling noise in a few minutes.
 - `warm_started_model(base, steps)`: that warm start built once and cached, so every method of a comparison
-  starts from the same weights; `starting_model(exp)` is what a run trains: the base, warm-started when
-  `exp.warm_start_steps` asks for it.
+  starts from the same weights; `starting_model(model, warm_start_steps, seed)` is what a run trains: the base,
+  warm-started when `warm_start_steps` asks for it.
 """
 
 from __future__ import annotations
@@ -22,12 +22,9 @@ import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from experiments.tasks import sft_rows, tokenizer_corpus
-
-if TYPE_CHECKING:
-    from experiments.config import ExperimentArgs
 
 __all__ = ["TASK_MODEL_KWARGS", "WARM_START_INFO", "WARM_START_STEPS", "resolve_base_model", "starting_model",
            "task_model_path", "warm_start", "warm_start_cached", "warm_started_model"]  # fmt: skip
@@ -133,13 +130,13 @@ def warm_start(
     return out_dir
 
 
-def resolve_base_model(exp: ExperimentArgs) -> str:
-    """A local folder (or hub id) for `exp.model`; "task" is the learnable task's own tiny model."""
-    if exp.model == "task":
+def resolve_base_model(model: str) -> str:
+    """A local folder (or hub id) for a config's `model`; "task" is the learnable task's own tiny model."""
+    if model == "task":
         return str(task_model_path())
     from experiments.models import resolve_model
 
-    return resolve_model(exp.model)
+    return resolve_model(model)
 
 
 def _warm_start_dir(base: str, steps: int, seed: int, cache_dir: str | os.PathLike[str] | None) -> Path:
@@ -183,10 +180,10 @@ def warm_started_model(
     return str(build_cached(dest, build, complete=WARM_START_INFO))
 
 
-def starting_model(exp: ExperimentArgs) -> str:
-    """The model a run trains from: `resolve_base_model(exp)`, after `exp.warm_start_steps` of `warm_start` (cached,
-    seeded with `exp.split_seed`) when that is > 0."""
-    base = resolve_base_model(exp)
-    if not exp.warm_start_steps:
+def starting_model(model: str, warm_start_steps: int = 0, seed: int = 0) -> str:
+    """The model a run trains from: `resolve_base_model(model)`, after `warm_start_steps` of `warm_start` (cached,
+    seeded with `seed`, a config's `split_seed`) when that is > 0."""
+    base = resolve_base_model(model)
+    if not warm_start_steps:
         return base
-    return warm_started_model(base, exp.warm_start_steps, seed=exp.split_seed)
+    return warm_started_model(base, warm_start_steps, seed=seed)

@@ -52,7 +52,7 @@ def _read(run_dir: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def seven_runs(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict[str, dict]:
-    from experiments.config import parse_config
+    from experiments.argv import parse_config
     from experiments.train import run
 
     root = tmp_path_factory.mktemp("budget")
@@ -143,7 +143,7 @@ def test_the_seven_rows_take_different_steps(seven_runs: dict[str, dict], tiny_m
 @pytest.mark.slow
 def test_the_seed_schedule_is_what_every_method_samples(tmp_path: Path, tiny_model_dir: Path) -> None:
     """prompts_per_epoch lays out the seed's epochs of random draws; PPO and GRPO both walk them in order."""
-    from experiments.config import parse_config
+    from experiments.argv import parse_config
     from experiments.tasks import train_rows
     from experiments.train import run
 
@@ -245,7 +245,7 @@ def test_the_models_sampling_is_applied_in_training_and_evaluation(
 ):
     """model_generation_config: the trainer samples with the model's top_k and repetition penalty, evaluation too,
     run.json records them; under the penalty the KL's log π comes from a forward pass, not the sampling record."""
-    from experiments.config import parse_config
+    from experiments.argv import parse_config
     from experiments.train import run
 
     out = tmp_path / "run"

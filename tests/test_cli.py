@@ -88,8 +88,8 @@ def test_check_of_the_gpu_file_works_on_any_machine_and_touches_no_device(
     parse would (GRPOConfig asks the GPU whether it supports bf16), which is what the refusing stubs prove."""
     import torch
 
+    from experiments.argv import parse_config
     from experiments.cli import main
-    from experiments.config import parse_config
     from experiments.trainers import METHODS
 
     parse_config(
@@ -326,7 +326,7 @@ def test_demo_runs_every_method_on_the_demo_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from experiments import cli, warm_start
-    from experiments.config import parse_config
+    from experiments.argv import parse_config
     from experiments.trainers import METHODS, ORIGINAL_METHODS
 
     calls = {}
@@ -568,7 +568,7 @@ def test_words_that_were_stale_say_what_is_true(
     to contradict itself; the bf16 error names a config that exists; the demo says whether it builds the warm start
     or reads it from the cache, before it does."""
     from experiments import cli, warm_start
-    from experiments.config import _one_line
+    from experiments.argv import _one_line
 
     assert cli.main(["train", "seed", "--method", "grpo", "--check"]) == 0
     out = capsys.readouterr().out
@@ -600,8 +600,8 @@ def test_train_help_shows_the_methods_the_budget_files_values_and_passks_keys_fi
     """`passk train --help` names the methods, the budget files and passk's keys; `passk train cpu --help` works
     without a method; with one, a screenful: passk's keys, the method's own and the file's, at the file's values
     (not the classes' defaults); TRL's every key only with --all, at the values in force."""
+    from experiments.argv import parse_config
     from experiments.cli import main
-    from experiments.config import parse_config
     from experiments.trainers import METHODS
 
     cpu = yaml.safe_load((CONFIGS / "cpu.yaml").read_text())

@@ -10,12 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.config import (
-    ConfigError,
-    ExperimentArgs,
-    parse_config,
-    shipped_configs,
-)
+from experiments.argv import parse_config
+from experiments.config import ConfigError, ExperimentArgs, shipped_configs
 
 BUDGETS = ("cpu", "demo", "seed", "smollm2", "smollm2_learnable", "throughput")
 # What seed.yaml must reproduce from the seed's TrainingConfig, training loop and evaluate_model call
@@ -302,7 +298,7 @@ def test_output_dir_names_the_method(tmp_path: Path, no_model_loads: None) -> No
 
 
 def test_compare_overrides_go_to_the_methods_that_have_them(no_model_loads: None) -> None:
-    from experiments.config import overrides_for
+    from experiments.argv import overrides_for
 
     args = ["--lam", "0.9", "--learning_rate", "1e-5", "--eval_ks", "1", "2"]
     assert overrides_for("ppo", args) == (args, [])
@@ -392,7 +388,7 @@ def test_numeric_settings_are_range_checked_in_one_line_before_anything_loads(
 def test_an_output_dir_that_holds_a_run_is_refused_unless_overwritten_or_resumed(
     tmp_path: Path, no_model_loads: None
 ) -> None:
-    from experiments.config import check_output_dir
+    from experiments.validation import check_output_dir
 
     out = tmp_path / "run"
     demo = str(shipped_configs("demo.yaml")[0])

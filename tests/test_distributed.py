@@ -58,7 +58,7 @@ def probe_reward(prompts, completions, task_id, **kwargs) -> list[float]:
 
 def run_all(out: Path, model: str, per_device_batch: int, methods: list[str]) -> None:
     """Train every method for 2 steps into out/<method>, in this process (or process group)."""
-    from experiments.config import parse_config
+    from experiments.argv import parse_config
     from experiments.train import run
 
     for method in methods:

@@ -56,7 +56,7 @@ def test_verdicts_compare_each_method_with_grpo() -> None:
 )
 def test_throughput_config_fills_one_generate_per_sixteen_steps(method: str) -> None:
     """Any method (--method) reads it; one generate samples 512 completions, the optimizer steps every 32."""
-    from experiments.config import parse_config
+    from experiments.argv import parse_config
 
     raw = yaml.safe_load(THROUGHPUT.read_text())
     assert "method" not in raw and raw["bf16"] is True

@@ -34,7 +34,7 @@ def _argv(method: str, model: str, out: Path, *extra: str) -> list[str]:
 
 
 def _run_counting_generations(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> int:
-    from experiments.config import parse_config
+    from experiments.argv import parse_config
     from experiments.train import run
 
     exp, cfg = parse_config(argv)
@@ -79,7 +79,7 @@ def test_resume_matches_an_uninterrupted_run(
     assert run["resumed_from"].endswith("checkpoint-2") and run["global_step"] == 3
     # Only what step 3 needs is generated after resuming: a new rollout if one starts there, else none (PPO's
     # first rollout spans all 3 steps and comes back from the checkpoint).
-    from experiments.config import parse_config
+    from experiments.argv import parse_config
 
     _, cfg = parse_config(_argv(method, warm_task_model, straight, "--max_steps", "3"))
     rollout_steps = (
@@ -108,7 +108,7 @@ def test_resume_matches_an_uninterrupted_run(
 
 
 def test_resume_without_a_checkpoint_fails_before_loading(tmp_path: Path) -> None:
-    from experiments.config import ConfigError, parse_config
+    from experiments.argv import ConfigError, parse_config
     from experiments.train import run
 
     exp, cfg = parse_config(_argv("grpo", "/nonexistent-model", tmp_path / "empty", "--resume", "true"))
@@ -119,7 +119,7 @@ def test_resume_without_a_checkpoint_fails_before_loading(tmp_path: Path) -> Non
 def test_a_checkpoint_whose_save_was_cut_short_is_never_resumed_from(tmp_path: Path) -> None:
     """A save interrupted before trainer_state.json (written after the weights and optimizer) is not a checkpoint:
     resume, the Ctrl-C message and `passk eval RUN_DIR` take the last one saved whole."""
-    from experiments.config import parse_config
+    from experiments.argv import parse_config
     from experiments.train import find_resume_checkpoint, interrupted_message, last_checkpoint
 
     out = tmp_path / "run"

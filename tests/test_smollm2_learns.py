@@ -48,7 +48,8 @@ TRAIN = {
 @pytest.mark.slow
 def test_smollm2_reward_rises_on_its_training_problems(smollm2_dir, tmp_path, monkeypatch):
     from experiments import tasks, train
-    from experiments.config import config_path, parse_config
+    from experiments.argv import parse_config
+    from experiments.config import config_path
     from experiments.data import to_rl_rows
     from experiments.task_recipe import two_proportion_z
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.config import ConfigError, parse_config
+from experiments.argv import ConfigError, parse_config
 from experiments.data import build_datasets, load_problems, problem_kind, to_rl_rows
 from experiments.errors import DataError
 from experiments.reward_funcs import build_reward_funcs

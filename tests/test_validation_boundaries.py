@@ -1,4 +1,4 @@
-"""Every validation rule of experiments.config and experiments.budget, on both sides of its boundary.
+"""Every validation rule of experiments.validation and experiments.budget, on both sides of its boundary.
 
 A rule tested only far from its edge survives an off-by-one (`<` for `<=`), a dropped check or a term left out
 of the arithmetic (the world size in the generation batch). Each case here is a pair: the last accepted value
@@ -13,8 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from experiments.argv import ConfigError, parse_config
 from experiments.budget import BudgetError, derive_max_steps
-from experiments.config import ConfigError, parse_config, validate
+from experiments.validation import validate
 
 BASE = (
     "method: grpo\nmodel: tiny\ndataset: humaneval\nuse_cpu: true\nbf16: false\nactivation_checkpointing: false\n"
