@@ -373,8 +373,9 @@ def main(argv: list[str] | None = None) -> int:
     previous = json.loads(args.only_survivors_of.read_text()) if args.only_survivors_of else None
     equivalent = json.loads(args.equivalent.read_text()) if args.equivalent else {}
     part = tuple(int(x) for x in args.part.split("/"))
+    sha = subprocess.run(["git", "-C", str(ROOT), "rev-parse", args.ref], capture_output=True, text=True)
     out: dict = {
-        "ref": args.ref,
+        "ref": sha.stdout.strip() or args.ref,
         "tests": args.tests,
         "sample": args.sample,
         "seed": args.seed,

@@ -424,3 +424,10 @@ def test_any_wrapping_of_a_function_block_yields_it(
     assert ex.ok and ex.snippet == code and ex.style == "chat" and ex.rules == ()
     assert has_implemented_function(ex, name)
     ast.parse(ex.code)
+
+
+def test_nothing_to_drop_keeps_the_code_byte_for_byte() -> None:
+    code = "import math\n\n# a helper\ndef add(a, b):\n    return a + b  # sum\n\n\nclass K:\n    pass"
+    assert _drop_own_tests(code) == code
+    ex = extract_code(None, chat(fenced(code + "\n")), "add")
+    assert ex.snippet == code + "\n" and ex.rules == ()

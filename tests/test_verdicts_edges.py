@@ -221,6 +221,12 @@ def test_many_tokens_and_many_lines() -> None:
     assert compare_output(tokens + b" 1", tokens, "tokens") == f"expected {n} tokens, got {n + 1}"
 
 
+def test_the_documented_sixty_four_character_limit() -> None:
+    assert is_real_token(b"1." + b"0" * 62) and not is_real_token(b"1." + b"0" * 63)  # 64 and 65 characters
+    assert same(b"1." + b"0" * 62, b"1.0", float_tol=1e-9)
+    assert not same(b"1." + b"0" * 63, b"1.0", float_tol=1e-9)
+
+
 # ---- properties (last: the slowest) ----
 
 
