@@ -423,7 +423,12 @@ def _evaluate(model: str, exp: ExperimentArgs, ea: EvalArgs, run_log: Any, torch
     """`passk eval` once its arguments are parsed: the model is found before any data is touched."""
     from experiments.data import DataSpec, build_datasets
     from experiments.evaluation import evaluate_to_file
-    from experiments.models import eval_generation_kwargs, load_model_and_tokenizer, model_sampling
+    from experiments.models import (
+        eval_generation_kwargs,
+        load_model_and_tokenizer,
+        model_sampling,
+        model_source,
+    )
 
     device = torch.device("cuda" if ea.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if ea.device == "auto" else ea.device))  # fmt: skip
@@ -444,7 +449,12 @@ def _evaluate(model: str, exp: ExperimentArgs, ea: EvalArgs, run_log: Any, torch
     net, tokenizer = load_model_and_tokenizer(path, dtype, device)
     generation = eval_generation_kwargs(model_sampling(path)) if exp.model_generation_config else None
     data = evaluate_to_file(net, tokenizer, rows, exp, ea.seed, out, generation)
-    data["model"] = str(path)
+    # The model as the user named it (a passk name stays a name, not this machine's cache path) and, for a
+    # folder passk built, what it was built from.
+    data["model"] = model
+    source = model_source(path)
+    if source is not None:
+        data["model_source"] = source
     out.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     summary = {k: v["value"] for k, v in data.get("metrics", {}).items()} if "metrics" in data else {}
     print(f"passk: {out}" + (f"  {summary}" if summary else ""))
