@@ -328,6 +328,11 @@ def test_budget_record_holds_the_counts_and_the_inputs_that_planned_them() -> No
     assert budget_record(exp, cfg, log, 6, 1, "max_steps")["shuffle_dataset"] is False
 
 
+def test_generation_period_is_a_whole_number_of_steps() -> None:
+    period = generation_period(shape(steps_per_generation=4, num_iterations=2, gradient_accumulation_steps=2))
+    assert period == 4 and isinstance(period, int)
+
+
 # ---- properties (last: the slowest) ----
 
 

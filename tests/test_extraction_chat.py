@@ -404,6 +404,26 @@ def test_a_body_block_after_a_prompt_without_a_final_newline() -> None:
     ast.parse(ex.code)
 
 
+def test_a_style_read_from_a_config_file_is_the_same_style() -> None:
+    chat_style = "".join(["ch", "at"])  # built at run time, as a YAML-read value is: not the interned literal
+    ex = extract_code(PROMPT, GOOD, "add", style=chat_style)
+    assert ex.style == "bare" and ex.snippet == GOOD
+    ex = extract_code(PROMPT, "    return a + b\n```\nThis adds.", "add", style=chat_style)
+    assert ex.reason == "unbalanced_fence"
+
+
+def test_the_closing_fence_rule_applies_in_completion_style_too() -> None:
+    ex = extract_code(PROMPT, "    return a + b\n```\nThis adds.", "add", style="completion")
+    assert ex.ok and ex.rules == ("closing_fence",) and ex.code == PROMPT + "    return a + b\n"
+
+
+def test_open_fence_is_named_only_when_the_open_block_is_the_one_read() -> None:
+    # the closed Python block is read; the open untagged block after it (whatever its text) is not
+    for tail in ("a = 1\n", "x = 1\n", GOOD):
+        ex = extract_code(PROMPT, chat(fenced(GOOD) + "\n```\n" + tail), "add")
+        assert ex.snippet == GOOD and "open_fence" not in ex.rules, tail
+
+
 # ---- properties (last: the slowest) ----
 
 

@@ -549,6 +549,37 @@ def test_a_call_whose_value_equals_its_argument_needs_the_value_again_after_it()
     assert shown_cases(StdioTests((("7", "7"),)), "7 -> 7") == (True,)
 
 
+def test_a_format_named_in_any_case_reads_its_own_columns() -> None:
+    row = {**io_row(["a\n"], ["b\n"]), "public_tests": {"input": ["c\n"], "output": ["d\n"]}}
+    assert read_tests(row, "APPS") == StdioTests(
+        (("a\n", "b\n"),)
+    )  # "APPS".lower(): not the interned literal
+    assert read_tests(row, "Code_Contests") == StdioTests((("c\n", "d\n"),))
+    vi_row = {"verification_info": {"test_cases": [{"input": "e", "output": "f"}]}, **row}
+    assert read_tests(vi_row, "Verification_Info") == StdioTests((("e", "f"),))
+
+
+def test_punctuation_at_either_end_of_a_needle_is_never_glued() -> None:
+    for char in "{}|~`[]()":
+        assert _find(f"a{char}1{char}b", f"{char}1{char}") == 1, char
+    assert _find("1{", "1") == 0 and _find("}1", "1") == 1 and _find("1~", "1") == 0 and _find("`1", "1") == 1
+    assert (
+        _find("1_", "1") == -1
+        and _find("_1", "1") == -1
+        and _find("x_", "_") == -1
+        and _find("_x", "_") == -1
+    )
+
+
+def test_more_inputs_than_outputs_or_fewer_are_both_errors() -> None:
+    for inputs, outputs in ((["1\n"], ["1\n", "2\n"]), (["1\n", "2\n"], ["1\n"])):
+        with pytest.raises(ValueError, match=rf"has {len(inputs)} inputs but {len(outputs)} outputs"):
+            read_tests(io_row(inputs, outputs))
+    for inputs, outputs in (([[1]], [1, 2]), ([[1], [2]], [1])):
+        with pytest.raises(ValueError, match=rf"has {len(inputs)} inputs but {len(outputs)} outputs"):
+            read_tests(io_row(inputs, outputs, fn_name="f"))
+
+
 # ---- properties (last: the slowest) ----
 
 

@@ -465,3 +465,34 @@ def test_function_test_rewards_read_their_columns() -> None:
     fmt = make_format_reward()
     good = "```python\ndef f():\n    return 1\n```"
     assert fmt.score(completions=[good, good, "no"], entry_point=["f", "", "f"]) == [1.0, None, 0.0]
+
+
+def test_the_stdio_options_after_the_name_are_keywords_only() -> None:
+    with pytest.raises(TypeError):
+        StdioTestReward("mine", 5.0)
+    assert StdioTestReward("mine", total_timeout=5.0).total_timeout == 5.0
+
+
+def test_a_failed_status_of_any_name_earns_only_its_share() -> None:
+    for status in ("failed", "runtime_error", "timeout", "syntax_error", "sandbox_error", "output_limit"):
+        assert fraction_passed(result(status, 1, 2)) == 0.5, status
+        assert all_passed(result(status, 2, 2)) == 0.0, status
+
+
+def test_a_tests_setting_read_from_a_config_file_still_hides_the_shown_cases() -> None:
+    io = {"inputs": ["1 1\n", "2 2\n"], "outputs": ["2\n", "4\n"]}
+    judge = Judge()
+    hidden = "".join(["hid", "den"])  # built at run time, as a YAML-read value is
+    full = program({"1 1\n": "2\n", "2 2\n": "4\n"})
+    make_stdio_test_reward(sandbox=judge, tests=hidden).score(
+        prompts=["input 1 1, output 2"], completions=[full], input_output=[io]
+    )
+    assert judge.tasks[0]["cases"] == (("2 2\n", "4\n"),)
+
+
+def test_batches_past_256_rows() -> None:
+    n = 300  # past the small integers CPython caches
+    assert _column(list(range(n)), n, "x") == list(range(n))
+    reward = make_stdio_partial_reward(sandbox=Judge())
+    scores = reward.score(completions=[RIGHT, HALF] * (n // 2), input_output=[APPS_IO] * n)
+    assert scores == [1.0, 0.5] * (n // 2)
