@@ -115,13 +115,15 @@ def worker_step(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     from transformers import AutoTokenizer, TrainerCallback
 
     from experiments import train as runner
+    from experiments.data import DataSpec
+    from experiments.reward_funcs import RewardSpec
 
     out_dir = tempfile.mkdtemp(prefix="bench-smollm2-")
     exp, cfg = _parse(args.method, [*STEP_SHAPE, "--budget_prompts", "0", "--max_steps", str(args.steps),
                                     "--save_strategy", "no", "--report_to", "none", "--output_dir", out_dir,
                                     "--eval_every_n_steps", "0", *extra])  # fmt: skip
     runner.setup_torch(exp, cfg)
-    train_rows, _ = runner.build_datasets(exp)
+    train_rows, _ = runner.build_datasets(DataSpec.from_config(exp))
     model_path = runner.starting_model(exp.model, exp.warm_start_steps, seed=exp.split_seed)
     runner.apply_model_sampling(exp, cfg, model_path)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -129,7 +131,7 @@ def worker_step(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
 
     t_build = time.perf_counter()
     trainer = method_spec(exp.method).trainer_cls(
-        model=model_path, reward_funcs=runner.build_reward_funcs(exp, runner.problem_kind(train_rows.column_names)), args=cfg, train_dataset=train_rows,
+        model=model_path, reward_funcs=runner.build_reward_funcs(RewardSpec.from_config(exp), runner.problem_kind(train_rows.column_names)), args=cfg, train_dataset=train_rows,
         processing_class=tokenizer,
     )  # fmt: skip
     build_s = time.perf_counter() - t_build
@@ -202,11 +204,12 @@ def worker_eval(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     import torch
 
     from experiments import train as runner
+    from experiments.data import DataSpec
     from experiments.evaluation import eval_kwargs, evaluate_model
 
     exp, cfg = _parse(args.method, ["--n_eval", str(EVAL_PROBLEMS), *extra])
     runner.setup_torch(exp, cfg)
-    _, eval_rows = runner.build_datasets(exp)
+    _, eval_rows = runner.build_datasets(DataSpec.from_config(exp))
     model_path = runner.starting_model(exp.model, exp.warm_start_steps, seed=exp.split_seed)
     sampling = runner.apply_model_sampling(exp, cfg, model_path)
     model, tokenizer = runner.load_for_eval(model_path, cfg)
@@ -236,6 +239,7 @@ def worker_kernels(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]
     from transformers import AutoModelForCausalLM, AutoTokenizer, TemperatureLogitsWarper, TopPLogitsWarper
 
     from experiments import train as runner
+    from experiments.data import DataSpec
     from experiments.evaluation import _TopP
 
     exp, cfg = _parse(args.method, extra)
@@ -270,7 +274,7 @@ def worker_kernels(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]
     tokenizer = AutoTokenizer.from_pretrained(
         runner.starting_model(exp.model, exp.warm_start_steps, seed=exp.split_seed)
     )
-    _, eval_rows = runner.build_datasets(exp)
+    _, eval_rows = runner.build_datasets(DataSpec.from_config(exp))
     prompts = [_prompt_ids(tokenizer, row["prompt"]) for row in eval_rows.select(range(64))]
     width = min(map(len, prompts))
     ids = torch.tensor([p[-width:] for p in prompts])  # the same length, no padding

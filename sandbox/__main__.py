@@ -93,7 +93,7 @@ def read_samples(path: str) -> list[dict[str, Any]]:
     return rows
 
 
-# A copy of experiments.evaluation.pass_at_k: the sandbox never imports experiments (tests/test_sandbox_cli.py
+# A copy of experiments.stats.pass_at_k: the sandbox never imports experiments (tests/test_sandbox_cli.py
 # checks that the copies agree).
 def pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased estimator of Chen et al. (2021): 1 - C(n - c, k) / C(n, k)."""

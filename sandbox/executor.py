@@ -626,7 +626,7 @@ class Sandbox:
             (default: 61000 + 256 * LOCAL_RANK). The range is claimed host-wide; when another pool holds it,
             the next free range is taken (``uids`` says which).
         readonly_paths: host files or directories the candidates may read, bound read-only at the same path
-            into their root (nothing else of the host is there: see the README), with the shared libraries
+            into their root (nothing else of the host is there: see docs/sandbox.md), with the shared libraries
             their extension modules load. A package directory among them (``.../site-packages/numpy``) is
             importable: its parent joins the candidates' and the judge's ``sys.path`` (only what was bound is
             visible there).

@@ -174,7 +174,7 @@ def test_cli_fails_in_one_line_and_writes_where_it_is_told(tmp_path):
 
 
 def test_the_pass_at_k_copies_agree():
-    """pass@k lives in experiments.evaluation; the sandbox CLI keeps a copy (it never imports experiments)."""
+    """pass@k lives in experiments.stats; the sandbox CLI keeps a copy (it never imports experiments)."""
     from experiments.stats import pass_at_k as reference
     from sandbox.__main__ import pass_at_k
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from experiments.argv import ConfigError, parse_config
-from experiments.data import build_datasets, load_problems, problem_kind, to_rl_rows
+from experiments.data import DataSpec, build_datasets, load_problems, problem_kind, to_rl_rows
 from experiments.errors import DataError
-from experiments.reward_funcs import build_reward_funcs
+from experiments.reward_funcs import RewardSpec, build_reward_funcs
 from sandbox.formats import CODE_CONTESTS_SPLITS, read_tests
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -98,9 +98,9 @@ def test_the_runs_reward_scores_its_rows_as_trl_calls_it(fmt: str, solutions) ->
     """The reward `passk train` builds for this file, called as TRL calls it (every column but `prompt` as a
     keyword), gives the reference programs their verdicts on the rows the trainer gets."""
     exp, _ = _exp(fmt, "--style", "chat", "--reward_funcs", "unit_test", "partial")
-    train, evaluation = build_datasets(exp)
+    train, evaluation = build_datasets(DataSpec.from_config(exp))
     assert len(train) == 6 and len(evaluation) == 2
-    full, partial = build_reward_funcs(exp, problem_kind(train.column_names))
+    full, partial = build_reward_funcs(RewardSpec.from_config(exp), problem_kind(train.column_names))
     assert (full.__name__, partial.__name__) == ("stdio_test_reward", "stdio_partial_reward")
     columns = {c: train[c] for c in train.column_names if c != "prompt"}
     for kind, expected in (("correct", 1.0), ("wrong", 0.0)):
@@ -113,7 +113,7 @@ def test_the_runs_reward_scores_its_rows_as_trl_calls_it(fmt: str, solutions) ->
 def test_the_format_reward_on_stdio_problems_is_a_config_error() -> None:
     exp, _ = _exp("apps", "--reward_funcs", "unit_test", "format")
     with pytest.raises(ConfigError, match=r"^reward_funcs: 'format' scores a named function"):
-        build_reward_funcs(exp, "stdio")
+        build_reward_funcs(RewardSpec.from_config(exp), "stdio")
 
 
 @pytest.mark.parametrize("kind,expected", [("correct", 1.0), ("wrong", 0.0)])

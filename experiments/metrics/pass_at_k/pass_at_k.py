@@ -13,7 +13,7 @@ A drop-in for the hub's `code_eval` (which cannot be fetched offline and runs ca
 only numpy, datasets and evaluate at load time; `sandbox` (the passk package) is imported inside `_compute`
 and must be importable there (passk installed, or the repository root on sys.path).
 
-The estimator duplicates `experiments.evaluation.pass_at_k` on purpose, so this file stands alone;
+The estimator duplicates `experiments.stats.pass_at_k` on purpose, so this file stands alone;
 tests/test_metric_module.py checks that the two agree.
 """
 
