@@ -19,6 +19,11 @@ with `random.Random(S)`. Exotic operators (bitwise and shift operators, %, **) a
 they make code crash at once and would inflate the score. `--only-survivors-of` re-runs only the mutants that
 survived an earlier run (adding tests cannot revive a killed mutant, so the later run's killed set is the earlier
 one's plus these).
+
+Every mutant: `--sample 0` takes every candidate, `--part K/N` every N-th of them from the K-th (a module's run in
+parts), `--fork` runs each mutant's tests by `pytest.main` in a forked child of a process that imported pytest and
+the heavy modules once (`--preload`), instead of one cosmic-ray exec subprocess each, and `--equivalent FILE` marks
+the survivors a reader found equivalent, with the reason, and scores the others (`score_non_equivalent`).
 """
 
 from __future__ import annotations

@@ -333,6 +333,13 @@ def test_generation_period_is_a_whole_number_of_steps() -> None:
     assert period == 4 and isinstance(period, int)
 
 
+def test_derive_max_steps_is_a_whole_number_of_steps() -> None:
+    steps = derive_max_steps(
+        8, shape(generation_batch_size=4, steps_per_generation=2, gradient_accumulation_steps=2)
+    )
+    assert steps == 4 and isinstance(steps, int)
+
+
 # ---- properties (last: the slowest) ----
 
 

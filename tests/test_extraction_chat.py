@@ -424,6 +424,13 @@ def test_open_fence_is_named_only_when_the_open_block_is_the_one_read() -> None:
         assert ex.snippet == GOOD and "open_fence" not in ex.rules, tail
 
 
+def test_a_failed_extraction_never_has_an_implemented_function() -> None:
+    from rewards.extraction import Extraction
+
+    assert not has_implemented_function(Extraction(GOOD, "no_code", "chat", GOOD), "add")
+    assert has_implemented_function(Extraction(GOOD, "ok", "chat", GOOD), "add")
+
+
 # ---- properties (last: the slowest) ----
 
 

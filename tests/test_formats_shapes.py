@@ -580,6 +580,18 @@ def test_more_inputs_than_outputs_or_fewer_are_both_errors() -> None:
             read_tests(io_row(inputs, outputs, fn_name="f"))
 
 
+def test_a_call_shown_at_the_very_start_of_the_prompt() -> None:
+    assert shown_cases(CallTests("f", (((3,), 4),)), "3 gives 4") == (True,)
+    assert shown_cases(CallTests("f", (((), 11),)), "11 is what f() returns") == (True,)
+    assert shown_cases(StdioTests((("1 2", "3"),)), "1 2 -> 3") == (True,)
+
+
+def test_a_needle_ending_in_an_underscore_is_glued_to_a_following_word() -> None:
+    assert _find("ab_c", "ab_") == -1 and _find("ab_ c", "ab_") == 0
+    assert _find("x_y", "x_") == -1 and _find("x_ y", "x_") == 0
+    assert _find("a (", "(") == 2 and _find("a(", "(") == 1  # a one-character needle of punctuation
+
+
 # ---- properties (last: the slowest) ----
 
 

@@ -496,3 +496,34 @@ def test_batches_past_256_rows() -> None:
     reward = make_stdio_partial_reward(sandbox=Judge())
     scores = reward.score(completions=[RIGHT, HALF] * (n // 2), input_output=[APPS_IO] * n)
     assert scores == [1.0, 0.5] * (n // 2)
+
+
+def test_the_batch_metrics_count_characters_and_case_verdicts() -> None:
+    reward = make_stdio_partial_reward(sandbox=Judge())
+    reward.score(completions=[RIGHT, HALF], input_output=[APPS_IO] * 2)
+    metrics = reward.last_metrics
+    assert metrics["stdio_partial/completion_chars"] == (len(RIGHT) + len(HALF)) / 2
+    assert metrics["stdio_partial/case_passed_frac"] == 0.75
+    assert metrics["stdio_partial/case_wrong_answer_frac"] == 0.25
+    chat_turns = [[{"role": "assistant", "content": RIGHT}], None]
+    reward.score(completions=chat_turns, input_output=[APPS_IO] * 2)
+    assert reward.last_metrics["stdio_partial/completion_chars"] == len(RIGHT) / 2
+
+
+def test_workers_per_local_process_on_this_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert _workers_per_local_process() == max(1, len(os.sched_getaffinity(0)) // 2)
+
+
+def test_partial_credit_needs_both_counts() -> None:
+    assert fraction_passed(SimpleNamespace(status="failed", asserts_passed=1)) == 0.0  # no total
+    assert fraction_passed(result("failed", 1, 0)) == 0.0
+    assert fraction_passed(result("failed", 1, 1)) == 1.0  # one assert, passed
+    assert fraction_passed(SimpleNamespace(status="failed", asserts_total=2)) == 0.0
+
+
+def test_the_default_sandbox_settings() -> None:
+    for reward in (StdioTestReward(), StdioPartialReward(), REWARDS["unit_test"]()):
+        assert (reward.timeout, reward.memory_mb, reward.n_workers, reward.style) == (3.0, 1024, None, "auto")
