@@ -431,6 +431,16 @@ def test_a_failed_extraction_never_has_an_implemented_function() -> None:
     assert has_implemented_function(Extraction(GOOD, "ok", "chat", GOOD), "add")
 
 
+def test_a_prompt_whose_last_line_is_a_top_level_header() -> None:
+    assert _cut_after_function("x = 1\ndef f():\n", "    return x\n") == ("    return x\n", False)
+    assert _cut_after_function("x = 1\ndef f():\n", "    return x\ny = 2\n") == ("    return x\n", True)
+
+
+def test_a_one_space_indent_continues_the_prompt() -> None:
+    ex = extract_code("def f():\n", " return 1\n", "f")
+    assert ex.ok and ex.style == "completion" and ex.code == "def f():\n return 1\n"
+
+
 # ---- properties (last: the slowest) ----
 
 
