@@ -592,6 +592,16 @@ def test_a_needle_ending_in_an_underscore_is_glued_to_a_following_word() -> None
     assert _find("a (", "(") == 2 and _find("a(", "(") == 1  # a one-character needle of punctuation
 
 
+def test_the_tests_are_immutable_values() -> None:
+    import dataclasses
+
+    stdio, calls = StdioTests((("1", "2"),)), CallTests("f", (((1,), 2),))
+    assert {stdio: 1, calls: 2}[StdioTests((("1", "2"),))] == 1  # hashable, equal by value
+    for tests, field in ((stdio, "cases"), (calls, "fn_name")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(tests, field, ())
+
+
 # ---- properties (last: the slowest) ----
 
 
