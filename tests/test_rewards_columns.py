@@ -527,3 +527,14 @@ def test_partial_credit_needs_both_counts() -> None:
 def test_the_default_sandbox_settings() -> None:
     for reward in (StdioTestReward(), StdioPartialReward(), REWARDS["unit_test"]()):
         assert (reward.timeout, reward.memory_mb, reward.n_workers, reward.style) == (3.0, 1024, None, "auto")
+
+
+def test_every_factory_defaults_to_three_seconds_and_a_gigabyte(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    for make in (
+        make_unit_test_reward,
+        make_partial_test_reward,
+        make_stdio_test_reward,
+        make_stdio_partial_reward,
+    ):
+        assert make().sandbox_kwargs() == {"timeout": 3.0, "memory_mb": 1024}, make.__name__
