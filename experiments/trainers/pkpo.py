@@ -87,13 +87,4 @@ class PKPOTrainer(GRPOSeamsMixin, GRPOTrainer):
         scorable = ~unscorable
         metrics["pkpo/advantage_std"].append(advantages[scorable].std().item() if scorable.sum() > 1 else 0.0)
 
-        # GRPO logged its own advantages for the completions table; show these instead.
-        logged = self._logs["advantages"]
-        for _ in range(min(len(advantages), len(logged))):
-            logged.pop()
-        logged.extend(advantages.tolist())
-
-        n_local = len(inputs)
-        start = self.accelerator.process_index * n_local
-        out["advantages"] = advantages[start : start + n_local].to(out["completion_ids"].device)
-        return out
+        return self._set_advantages(out, advantages)

@@ -12,7 +12,8 @@
 - the log-prob temperature (`logprob_temperature` in their configs): the temperature the logits are divided by
   wherever log π is computed (the loss, log π_old, log π_ref, the recording). GRPOTrainer uses the sampling
   temperature; the seed experiment takes log π from the raw logits (T = 1) while it samples at 0.8;
-- `_mode()` ("train" or "eval") and `_loss_mask(batch)` (the completion tokens that count);
+- `_mode()` ("train" or "eval"), `_loss_mask(batch)` (the completion tokens that count) and `_set_advantages`
+  (advantages of the gathered batch into this process's slice and the logged completions table);
 - a checkpoint taken inside a rollout (a generation batch that feeds several optimizer steps) keeps the rest of
   it (`ROLLOUT_FILE`, one per process), so that resuming continues that rollout: GRPOTrainer would generate a new
   one, sampling its prompts a second time, and its micro-step counter would start again at 0.
@@ -53,6 +54,18 @@ class GRPOSeamsMixin:
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._last_rewards_per_func = rewards_per_func  # (N_global, n_funcs), gathered across processes
         return rewards_per_func
+
+    def _set_advantages(self, out: dict[str, Any], advantages: torch.Tensor) -> dict[str, Any]:
+        """Put advantages computed over the gathered batch into `out` (this process's slice) and into the
+        completions table GRPOTrainer logs, which holds GRPOTrainer's own advantages until then."""
+        logged = self._logs["advantages"]
+        for _ in range(min(len(advantages), len(logged))):
+            logged.pop()
+        logged.extend(advantages.tolist())
+        n_local = out["completion_ids"].size(0)
+        start = self.accelerator.process_index * n_local
+        out["advantages"] = advantages[start : start + n_local].to(out["completion_ids"].device)
+        return out
 
     # ---- the policy's forward pass over prompt + completion ----------------------------------------------------
     @staticmethod
