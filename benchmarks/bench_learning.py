@@ -224,8 +224,15 @@ def plot(results: dict, out: Path) -> None:
 
     def line(ax, run, xs, ys, marker=None):
         seed_index = seeds.index(run["seed"])
-        ax.plot(xs, ys, color=f"C{methods.index(run['method'])}", linestyle=styles[seed_index % len(styles)],
-                marker=marker, ms=3, label=run["method"] if seed_index == 0 else None)  # fmt: skip
+        ax.plot(
+            xs,
+            ys,
+            color=f"C{methods.index(run['method'])}",
+            linestyle=styles[seed_index % len(styles)],
+            marker=marker,
+            ms=3,
+            label=run["method"] if seed_index == 0 else None,
+        )
 
     # Held-out pass during training: sampled (T=1) and greedy side by side.
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)

@@ -105,8 +105,12 @@ def worker(args: argparse.Namespace) -> dict:
 
     # The reward's sandbox client and TRL's lazy imports start here, not inside the measured window.
     row = dataset[0]
-    rewards.unit_test_reward.score(prompts=[row["prompt"]], completions=[row["canonical_solution"]],
-                                   test=[row["test"]], entry_point=[row["entry_point"]])  # fmt: skip
+    rewards.unit_test_reward.score(
+        prompts=[row["prompt"]],
+        completions=[row["canonical_solution"]],
+        test=[row["test"]],
+        entry_point=[row["entry_point"]],
+    )
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
     base_kib = _status_kib("VmRSS")
     trainer = METHODS[method].trainer_cls(
@@ -134,12 +138,35 @@ def worker(args: argparse.Namespace) -> dict:
 def run_variant(args: argparse.Namespace, variant: str, spg: int, model: str) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [
-            sys.executable, __file__, "--worker", variant, "--json-out", out.name, "--model", model,
-            "--spg", str(spg), "--batch", str(args.batch), "--generations", str(args.generations),
-            "--completion", str(args.completion), "--seed", str(args.seed), "--threads", str(args.threads),
-        ]  # fmt: skip
-        env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PASSK_BENCH_CODE=args.code or "",
-                   OMP_NUM_THREADS=str(args.threads), MALLOC_MMAP_THRESHOLD_="65536")  # fmt: skip
+            sys.executable,
+            __file__,
+            "--worker",
+            variant,
+            "--json-out",
+            out.name,
+            "--model",
+            model,
+            "--spg",
+            str(spg),
+            "--batch",
+            str(args.batch),
+            "--generations",
+            str(args.generations),
+            "--completion",
+            str(args.completion),
+            "--seed",
+            str(args.seed),
+            "--threads",
+            str(args.threads),
+        ]
+        env = dict(
+            os.environ,
+            HF_HUB_OFFLINE="1",
+            TOKENIZERS_PARALLELISM="false",
+            PASSK_BENCH_CODE=args.code or "",
+            OMP_NUM_THREADS=str(args.threads),
+            MALLOC_MMAP_THRESHOLD_="65536",
+        )
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"{variant} (spg {spg}) failed:\n{proc.stderr[-3000:]}")
@@ -172,8 +199,11 @@ def main() -> None:
 
     from experiments.warm_start import task_model_path
 
-    model = str(task_model_path(seed=args.seed, hidden_size=args.hidden, num_layers=args.layers,
-                                num_heads=4, num_kv_heads=2))  # fmt: skip
+    model = str(
+        task_model_path(
+            seed=args.seed, hidden_size=args.hidden, num_layers=args.layers, num_heads=4, num_kv_heads=2
+        )
+    )
     variants = ["grpo", *[v for v in args.variants if v != "grpo"]]
     runs, ratios = [], {}
     for spg in args.spg:
@@ -183,8 +213,11 @@ def main() -> None:
             result = run_variant(args, variant, spg, model)
             by[variant] = result
             runs.append(result)
-            print(f"spg {spg} {variant:<10} peak +{result['peak_mib']:7.0f} MiB (built +{result['built_mib']:5.0f} MiB)"
-                  f"  {time.perf_counter() - t0:5.0f}s", flush=True)  # fmt: skip
+            print(
+                f"spg {spg} {variant:<10} peak +{result['peak_mib']:7.0f} MiB (built +{result['built_mib']:5.0f} MiB)"
+                f"  {time.perf_counter() - t0:5.0f}s",
+                flush=True,
+            )
         for variant in variants:
             if variant == "grpo":
                 continue
@@ -203,8 +236,9 @@ def main() -> None:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         settings = {k: v for k, v in vars(args).items() if k not in ("worker", "json_out", "out", "model")}
-        args.out.write_text(json.dumps({"settings": settings, "ratios": ratios, "runs": runs}, indent=1,
-                                       default=str) + "\n")  # fmt: skip
+        args.out.write_text(
+            json.dumps({"settings": settings, "ratios": ratios, "runs": runs}, indent=1, default=str) + "\n"
+        )
 
 
 if __name__ == "__main__":

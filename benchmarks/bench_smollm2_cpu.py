@@ -119,9 +119,25 @@ def worker_step(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     from experiments.reward_funcs import RewardSpec
 
     out_dir = tempfile.mkdtemp(prefix="bench-smollm2-")
-    exp, cfg = _parse(args.method, [*STEP_SHAPE, "--budget_prompts", "0", "--max_steps", str(args.steps),
-                                    "--save_strategy", "no", "--report_to", "none", "--output_dir", out_dir,
-                                    "--eval_every_n_steps", "0", *extra])  # fmt: skip
+    exp, cfg = _parse(
+        args.method,
+        [
+            *STEP_SHAPE,
+            "--budget_prompts",
+            "0",
+            "--max_steps",
+            str(args.steps),
+            "--save_strategy",
+            "no",
+            "--report_to",
+            "none",
+            "--output_dir",
+            out_dir,
+            "--eval_every_n_steps",
+            "0",
+            *extra,
+        ],
+    )
     runner.setup_torch(exp, cfg)
     train_rows, _ = runner.build_datasets(DataSpec.from_config(exp))
     model_path = runner.starting_model(exp.model, exp.warm_start_steps, seed=exp.split_seed)
@@ -131,9 +147,14 @@ def worker_step(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
 
     t_build = time.perf_counter()
     trainer = method_spec(exp.method).trainer_cls(
-        model=model_path, reward_funcs=runner.build_reward_funcs(RewardSpec.from_config(exp), runner.problem_kind(train_rows.column_names)), args=cfg, train_dataset=train_rows,
+        model=model_path,
+        reward_funcs=runner.build_reward_funcs(
+            RewardSpec.from_config(exp), runner.problem_kind(train_rows.column_names)
+        ),
+        args=cfg,
+        train_dataset=train_rows,
         processing_class=tokenizer,
-    )  # fmt: skip
+    )
     build_s = time.perf_counter() - t_build
 
     phases = Phases()
@@ -282,10 +303,20 @@ def worker_kernels(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]
     def decode(rows: int, new_tokens: int, **kwargs: Any) -> float:
         batch = ids[:rows]
         with torch.inference_mode():
-            return best_of(lambda: model.generate(input_ids=batch, attention_mask=torch.ones_like(batch),
-                                                  do_sample=True, temperature=0.7, top_p=0.9, top_k=0,
-                                                  max_new_tokens=new_tokens, min_new_tokens=new_tokens,
-                                                  **kwargs), repeats=2)  # fmt: skip
+            return best_of(
+                lambda: model.generate(
+                    input_ids=batch,
+                    attention_mask=torch.ones_like(batch),
+                    do_sample=True,
+                    temperature=0.7,
+                    top_p=0.9,
+                    top_k=0,
+                    max_new_tokens=new_tokens,
+                    min_new_tokens=new_tokens,
+                    **kwargs,
+                ),
+                repeats=2,
+            )
 
     out["decode_s_per_step"] = {}
     for rows in (16, 32, 64):
@@ -385,22 +416,34 @@ def main() -> None:
                 sys.exit(f"bench_smollm2_cpu: {what} worker failed:\n{proc.stderr[-3000:]}")
             line = next(x for x in proc.stdout.splitlines() if x.startswith("BENCH_RESULT "))
             result = json.loads(line.removeprefix("BENCH_RESULT "))
-            entry = {"what": what, "round": r, "load_before": load0, "load_after": os.getloadavg(),
-                     "process_s": time.perf_counter() - t0, "result": result}  # fmt: skip
+            entry = {
+                "what": what,
+                "round": r,
+                "load_before": load0,
+                "load_after": os.getloadavg(),
+                "process_s": time.perf_counter() - t0,
+                "result": result,
+            }
             if what == "step":
                 entry["summary"] = summarize_step(result)
                 s = entry["summary"]
-                print(f"[{args.label}] round {r} step ({args.method}): wall {s['wall_s']:.1f} s, cpu {s['cpu_s']:.1f} s; "
-                      + ", ".join(f"{k} {v['wall_s']:.1f}/{v['cpu_s']:.1f}" for k, v in s["phases"].items())
-                      + f"; load {load0[0]:.1f}", flush=True)  # fmt: skip
+                print(
+                    f"[{args.label}] round {r} step ({args.method}): wall {s['wall_s']:.1f} s, cpu {s['cpu_s']:.1f} s; "
+                    + ", ".join(f"{k} {v['wall_s']:.1f}/{v['cpu_s']:.1f}" for k, v in s["phases"].items())
+                    + f"; load {load0[0]:.1f}",
+                    flush=True,
+                )
             elif what == "kernels":
                 print(
                     f"[{args.label}] round {r} kernels: {json.dumps(result)}; load {load0[0]:.1f}", flush=True
                 )
             else:
-                print(f"[{args.label}] round {r} eval: wall {result['wall_s']:.1f} s, cpu {result['cpu_s']:.1f} s, "
-                      f"generation {result['generation_s']:.1f} s, scoring {result['scoring_s']:.1f} s, "
-                      f"{result['tokens_generated']} tokens; load {load0[0]:.1f}", flush=True)  # fmt: skip
+                print(
+                    f"[{args.label}] round {r} eval: wall {result['wall_s']:.1f} s, cpu {result['cpu_s']:.1f} s, "
+                    f"generation {result['generation_s']:.1f} s, scoring {result['scoring_s']:.1f} s, "
+                    f"{result['tokens_generated']} tokens; load {load0[0]:.1f}",
+                    flush=True,
+                )
             rounds.append(entry)
     record = {
         "label": args.label,

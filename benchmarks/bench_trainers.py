@@ -149,8 +149,12 @@ def worker(args: argparse.Namespace) -> dict:
     # Warm up everything the trainer touches lazily (sandbox client, reward module, TRL internals), so that the
     # memory baseline below does not charge imports to whichever method happens to trigger them.
     row = train_rows(1)[0]
-    rewards.unit_test_reward.score(prompts=[row["prompt"]], completions=[row["canonical_solution"]],
-                                   test=[row["test"]], entry_point=[row["entry_point"]])  # fmt: skip
+    rewards.unit_test_reward.score(
+        prompts=[row["prompt"]],
+        completions=[row["canonical_solution"]],
+        test=[row["test"]],
+        entry_point=[row["entry_point"]],
+    )
     gc.collect()
 
     cuda = torch.cuda.is_available()
@@ -189,11 +193,35 @@ def worker(args: argparse.Namespace) -> dict:
 def run_variant(args: argparse.Namespace, variant: str, model: str) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [
-            sys.executable, __file__, "--worker", variant, "--json-out", out.name, "--model", model,
-            "--steps", str(args.steps), "--batch", str(args.batch), "--generations", str(args.generations),
-            "--completion", str(args.completion), "--seed", str(args.seed), "--threads", str(args.threads),
-            "--lora", str(args.lora), "--data", args.data, "--dtype", args.dtype, "--ppo-steps", str(args.ppo_steps),
-        ]  # fmt: skip
+            sys.executable,
+            __file__,
+            "--worker",
+            variant,
+            "--json-out",
+            out.name,
+            "--model",
+            model,
+            "--steps",
+            str(args.steps),
+            "--batch",
+            str(args.batch),
+            "--generations",
+            str(args.generations),
+            "--completion",
+            str(args.completion),
+            "--seed",
+            str(args.seed),
+            "--threads",
+            str(args.threads),
+            "--lora",
+            str(args.lora),
+            "--data",
+            args.data,
+            "--dtype",
+            args.dtype,
+            "--ppo-steps",
+            str(args.ppo_steps),
+        ]
         env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT))
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -234,7 +262,7 @@ def summarize(runs: list[dict], warmup: int) -> dict:
             "rounds": len(times),
             "mean_completion_length": med(
                 [by[(rd, v)]["mean_completion_length"] or 0.0 for rd in rounds if (rd, v) in by]
-            ),  # fmt: skip
+            ),
         }
     return summary
 
@@ -243,8 +271,10 @@ def print_table(summary: dict) -> None:
     def f(x):
         return "-" if x is None else f"{x:.3f}"
 
-    print(f"{'method':<16}{'s/step':>8}{'cpu s':>7}{'MiB':>7}  {'vs GRPO: wall  cpu   mem':<26}"
-          f"{'vs GRPO(b): wall  cpu   mem':<29}target (on cpu time and memory)")  # fmt: skip
+    print(
+        f"{'method':<16}{'s/step':>8}{'cpu s':>7}{'MiB':>7}  {'vs GRPO: wall  cpu   mem':<26}"
+        f"{'vs GRPO(b): wall  cpu   mem':<29}target (on cpu time and memory)"
+    )
     for v, s in summary.items():
         target = TARGETS.get(v)
         verdict = ""
@@ -285,8 +315,12 @@ def main() -> None:
     parser.add_argument(
         "--dtype", choices=["float32", "bfloat16"], default="float32", help="the model's weights"
     )
-    parser.add_argument("--ppo-steps", type=int, default=0,
-                        help="PPO's steps (0: --steps); whole rollouts after --warmup, as it generates once a rollout")  # fmt: skip
+    parser.add_argument(
+        "--ppo-steps",
+        type=int,
+        default=0,
+        help="PPO's steps (0: --steps); whole rollouts after --warmup, as it generates once a rollout",
+    )
     parser.add_argument("--model", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--json-out", default=None, help=argparse.SUPPRESS)

@@ -48,18 +48,32 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-for _key, _value in {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "TRANSFORMERS_OFFLINE": "1",
-                     "TOKENIZERS_PARALLELISM": "false"}.items():  # fmt: skip
+for _key, _value in {
+    "HF_HUB_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}.items():
     os.environ.setdefault(_key, _value)
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 THROUGHPUT_CONFIG = REPO / "experiments" / "configs" / "throughput.yaml"
 # Qwen2.5-Coder-1.5B-Instruct's config.json: the numbers that shape compute and memory.
 QWEN_1_5B = dict(
-    vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-    num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1000000.0, rms_norm_eps=1e-6,
-    tie_word_embeddings=True, use_sliding_window=False, sliding_window=32768, max_window_layers=21,
-)  # fmt: skip
+    vocab_size=151936,
+    hidden_size=1536,
+    intermediate_size=8960,
+    num_hidden_layers=28,
+    num_attention_heads=12,
+    num_key_value_heads=2,
+    max_position_embeddings=32768,
+    rope_theta=1000000.0,
+    rms_norm_eps=1e-6,
+    tie_word_embeddings=True,
+    use_sliding_window=False,
+    sliding_window=32768,
+    max_window_layers=21,
+)
 TARGETS = {"step_time_vs_grpo": 1.3, "ppo_memory_vs_grpo": 1.5, "generation_tokens_per_s": 10_000}
 BASELINE = "grpo"
 
@@ -85,8 +99,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--max_completion_length", type=int, default=None, help="default: the config's; 8 --tiny")
     p.add_argument("--cycles", type=int, default=1, help="generation cycles timed per method")
-    p.add_argument("--continuous-batching", dest="continuous_batching", action="store_true",
-                   help="use_transformers_continuous_batching (paged attention) instead of generate")  # fmt: skip
+    p.add_argument(
+        "--continuous-batching",
+        dest="continuous_batching",
+        action="store_true",
+        help="use_transformers_continuous_batching (paged attention) instead of generate",
+    )
     p.add_argument("--sandbox_programs", type=int, default=None, help="default 656 (164 x 4); 32 with --tiny")
     p.add_argument(
         "--layers", type=int, default=None, help="override the 1.5B shape's 28 layers (quick checks)"
@@ -110,8 +128,10 @@ class GenerationTimer:
         from transformers.generation.utils import GenerationMixin
 
         self.active, self.tokens, self.seconds = False, 0, 0.0
-        self._restore = [(GenerationMixin, "generate", GenerationMixin.generate),
-                         (ContinuousMixin, "generate_batch", ContinuousMixin.generate_batch)]  # fmt: skip
+        self._restore = [
+            (GenerationMixin, "generate", GenerationMixin.generate),
+            (ContinuousMixin, "generate_batch", ContinuousMixin.generate_batch),
+        ]
         timer = self
 
         def timed_generate(model, *args, **kwargs):
@@ -209,8 +229,11 @@ def build_model(root: Path, tiny: bool, cpu: bool, layers: int | None = None) ->
     gc.collect()
     if not cpu:
         torch.cuda.empty_cache()
-    print(f"model: Qwen2 1.5B shape, {n / 1e9:.3f}B parameters, random weights, built in "
-          f"{time.perf_counter() - t0:.0f}s", flush=True)  # fmt: skip
+    print(
+        f"model: Qwen2 1.5B shape, {n / 1e9:.3f}B parameters, random weights, built in "
+        f"{time.perf_counter() - t0:.0f}s",
+        flush=True,
+    )
     return str(out)
 
 
@@ -244,19 +267,40 @@ def sandbox_rate(n_programs: int) -> dict:
 def run_argv(a: argparse.Namespace, method: str, model: str, out_dir: Path, **overrides: Any) -> list[str]:
     """The runner's command line for one method: the config, the check's shape, nothing evaluated or saved."""
     keys: dict[str, Any] = {
-        "method": method, "model": model, "eval_before": "false", "eval_after": "false", "eval_every_n_steps": 0,
-        "save_strategy": "no", "save_model": "false", "report_to": "none", "disable_tqdm": "true",
-        "logging_steps": 1000, "output_dir": out_dir,
+        "method": method,
+        "model": model,
+        "eval_before": "false",
+        "eval_after": "false",
+        "eval_every_n_steps": 0,
+        "save_strategy": "no",
+        "save_model": "false",
+        "report_to": "none",
+        "disable_tqdm": "true",
+        "logging_steps": 1000,
+        "output_dir": out_dir,
         "budget_prompts": 0,  # optimizer steps given here (one generation cycle), not derived from the budget
-    }  # fmt: skip
+    }
     if a.cpu:
-        keys |= {"use_cpu": "true", "bf16": "false", "activation_checkpointing": "false",
-                 "model_init_kwargs": '{"dtype": "float32"}'}  # fmt: skip
+        keys |= {
+            "use_cpu": "true",
+            "bf16": "false",
+            "activation_checkpointing": "false",
+            "model_init_kwargs": '{"dtype": "float32"}',
+        }
     if a.tiny:
-        keys |= {"per_device_train_batch_size": 4, "num_generations": 2, "max_completion_length": 8,
-                 "steps_per_generation": 2, "n_train": 16}  # fmt: skip
-    for key, value in (("steps_per_generation", a.spg), ("per_device_train_batch_size", a.batch),
-                       ("num_generations", a.generations), ("max_completion_length", a.max_completion_length)):  # fmt: skip
+        keys |= {
+            "per_device_train_batch_size": 4,
+            "num_generations": 2,
+            "max_completion_length": 8,
+            "steps_per_generation": 2,
+            "n_train": 16,
+        }
+    for key, value in (
+        ("steps_per_generation", a.spg),
+        ("per_device_train_batch_size", a.batch),
+        ("num_generations", a.generations),
+        ("max_completion_length", a.max_completion_length),
+    ):
         if value is not None:
             keys[key] = value
     if a.continuous_batching:
@@ -311,8 +355,11 @@ def add_ratios(results: dict) -> None:
     for row in results["methods"].values():
         if "error" in row:
             continue
-        for key, name in (("step_time_s", "step_time"), ("generation_tokens_per_s", "generation"),
-                          ("peak_gpu_memory_gib", "peak_memory")):  # fmt: skip
+        for key, name in (
+            ("step_time_s", "step_time"),
+            ("generation_tokens_per_s", "generation"),
+            ("peak_gpu_memory_gib", "peak_memory"),
+        ):
             row[f"{name}_vs_grpo"] = row[key] / base[key] if row.get(key) and base.get(key) else None
 
 
@@ -323,13 +370,17 @@ def verdicts(results: dict, full_scale: bool) -> list[str]:
         ratio = row.get("step_time_vs_grpo")
         if method != BASELINE and ratio is not None:
             ok = ratio <= TARGETS["step_time_vs_grpo"]
-            lines.append(f"{method} step time {ratio:.2f}x GRPO (target <= {TARGETS['step_time_vs_grpo']}x): "
-                         f"{'met' if ok else 'MISSED'}")  # fmt: skip
+            lines.append(
+                f"{method} step time {ratio:.2f}x GRPO (target <= {TARGETS['step_time_vs_grpo']}x): "
+                f"{'met' if ok else 'MISSED'}"
+            )
     memory = results["methods"].get("ppo", {}).get("peak_memory_vs_grpo")
     if memory is not None:
         ok = memory <= TARGETS["ppo_memory_vs_grpo"]
-        lines.append(f"ppo peak memory {memory:.2f}x GRPO (target <= {TARGETS['ppo_memory_vs_grpo']}x): "
-                     f"{'met' if ok else 'MISSED'}")  # fmt: skip
+        lines.append(
+            f"ppo peak memory {memory:.2f}x GRPO (target <= {TARGETS['ppo_memory_vs_grpo']}x): "
+            f"{'met' if ok else 'MISSED'}"
+        )
     if full_scale:
         for method, row in results["methods"].items():
             rate = row.get("generation_tokens_per_s")
@@ -349,9 +400,12 @@ def print_row(method: str, row: dict) -> None:
     ratio = "" if row.get("step_time_vs_grpo") is None else f" ({row['step_time_vs_grpo']:.2f}x)"
     mem_ratio = "" if row.get("peak_memory_vs_grpo") is None else f" ({row['peak_memory_vs_grpo']:.2f}x)"
     gen_ratio = "" if row.get("generation_vs_grpo") is None else f" ({row['generation_vs_grpo']:.2f}x)"
-    print(f"{method:>15}: step {row['step_time_s'] or 0:6.2f} s{ratio} | generation "
-          f"{row['generation_tokens_per_s'] or 0:8,.0f} tok/s{gen_ratio} | peak {mem}{mem_ratio} | "
-          f"{row['steps']} steps in {row['wall_s']:.0f}s", flush=True)  # fmt: skip
+    print(
+        f"{method:>15}: step {row['step_time_s'] or 0:6.2f} s{ratio} | generation "
+        f"{row['generation_tokens_per_s'] or 0:8,.0f} tok/s{gen_ratio} | peak {mem}{mem_ratio} | "
+        f"{row['steps']} steps in {row['wall_s']:.0f}s",
+        flush=True,
+    )
 
 
 class TimeLimit(Exception):
@@ -362,8 +416,14 @@ def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     t_start = time.perf_counter()
     n_programs = a.sandbox_programs or (32 if a.tiny else 656)
-    results: dict = {"device": "cpu" if a.cpu else "cuda", "tiny": a.tiny, "config": a.config,
-                     "continuous_batching": a.continuous_batching, "targets": TARGETS, "methods": {}}  # fmt: skip
+    results: dict = {
+        "device": "cpu" if a.cpu else "cuda",
+        "tiny": a.tiny,
+        "config": a.config,
+        "continuous_batching": a.continuous_batching,
+        "targets": TARGETS,
+        "methods": {},
+    }
     out = Path(os.environ.get("OUT") or ".") / "gpu_check.json"
 
     def on_alarm(signum, frame):
@@ -404,8 +464,17 @@ def main(argv: list[str] | None = None) -> int:
 
         # Warm-up, untimed: CUDA context, cuBLAS handles, kernels of generate / forward / backward / AdamW.
         t0 = time.perf_counter()
-        warm = run_argv(a, BASELINE, model, root / "runs" / "warmup", max_steps=1, steps_per_generation=1,
-                        per_device_train_batch_size=8, num_generations=2, max_completion_length=16)  # fmt: skip
+        warm = run_argv(
+            a,
+            BASELINE,
+            model,
+            root / "runs" / "warmup",
+            max_steps=1,
+            steps_per_generation=1,
+            per_device_train_batch_size=8,
+            num_generations=2,
+            max_completion_length=16,
+        )
         run(*parse_config(warm))
         results["warmup_s"] = time.perf_counter() - t0
         print(f"warm-up: {results['warmup_s']:.0f}s", flush=True)
@@ -426,8 +495,10 @@ def main(argv: list[str] | None = None) -> int:
         results["sandbox_after_cuda"] = sandbox_rate(n_programs)
         before, after = results["sandbox_before_cuda"], results["sandbox_after_cuda"]
         where = "after CUDA init" if not a.cpu else "again (CPU run: no CUDA)"
-        print(f"sandbox {where}: {after['programs_per_s']:.0f} programs/s ({after['passed']}/{after['programs']} "
-              f"passed; before: {before['programs_per_s']:.0f}/s, {before['passed']}/{before['programs']} passed)")  # fmt: skip
+        print(
+            f"sandbox {where}: {after['programs_per_s']:.0f} programs/s ({after['passed']}/{after['programs']} "
+            f"passed; before: {before['programs_per_s']:.0f}/s, {before['passed']}/{before['programs']} passed)"
+        )
         failed = [m for m, r in results["methods"].items() if "error" in r]
         status = 1 if failed or after["passed"] < after["programs"] else 0
     except TimeLimit as e:

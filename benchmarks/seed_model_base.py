@@ -70,8 +70,10 @@ def run_chunks(args: argparse.Namespace, out: Path) -> None:
     split = split_dataset(full, SEED_SPLIT["n_train"], SEED_SPLIT["n_eval"], seed=SEED_SPLIT["seed"])
     eval_ids = set(split["eval"]["task_id"])
     rest = full.filter(lambda r: r["task_id"] not in eval_ids)
-    jobs = [("eval", to_rl_rows(split["eval"], style="completion"), args.n, args.chunk, args.batch_size),
-            ("rest", to_rl_rows(rest, style="completion"), 1, args.greedy_chunk, args.greedy_chunk)]  # fmt: skip
+    jobs = [
+        ("eval", to_rl_rows(split["eval"], style="completion"), args.n, args.chunk, args.batch_size),
+        ("rest", to_rl_rows(rest, style="completion"), 1, args.greedy_chunk, args.greedy_chunk),
+    ]
     for part, rows, n, chunk, batch_size in jobs:
         for i, start in enumerate(range(0, len(rows), chunk)):
             file = out / "chunks" / f"{part}_{i:03d}.json"
@@ -79,16 +81,29 @@ def run_chunks(args: argparse.Namespace, out: Path) -> None:
                 continue
             t0, c0 = time.perf_counter(), time.process_time()
             res = evaluate_model(
-                model, tok, rows.select(range(start, min(start + chunk, len(rows)))), n_samples=n,
-                ks=(1,), temperature=0.7, top_p=0.9, max_new_tokens=256, greedy=True, seed=args.seed + i,
-                batch_size=batch_size, style="completion", progress=False,
-            )  # fmt: skip
+                model,
+                tok,
+                rows.select(range(start, min(start + chunk, len(rows)))),
+                n_samples=n,
+                ks=(1,),
+                temperature=0.7,
+                top_p=0.9,
+                max_new_tokens=256,
+                greedy=True,
+                seed=args.seed + i,
+                batch_size=batch_size,
+                style="completion",
+                progress=False,
+            )
             data = res.to_dict()
             data["timing"].update(wall_s=time.perf_counter() - t0, cpu_s=time.process_time() - c0)
             file.parent.mkdir(parents=True, exist_ok=True)
             file.write_text(json.dumps(data, indent=1) + "\n")
-            print(f"{part} chunk {i}: {res.num_problems} problems, {data['timing']['wall_s']:.0f} s wall, "
-                  f"{res.tokens_generated} tokens", flush=True)  # fmt: skip
+            print(
+                f"{part} chunk {i}: {res.num_problems} problems, {data['timing']['wall_s']:.0f} s wall, "
+                f"{res.tokens_generated} tokens",
+                flush=True,
+            )
 
 
 def summarize(out: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -119,9 +134,14 @@ def summarize(out: Path, args: argparse.Namespace) -> dict[str, Any]:
         "greedy_pass@1_eval30": est([p["greedy_passed"] for p in evals]),
         "greedy_pass@1_all164": est([p["greedy_passed"] for p in evals + rest]),
     }
-    timing = {part: {"wall_s": sum(c["timing"]["wall_s"] for c in cs), "cpu_s": sum(c["timing"]["cpu_s"] for c in cs),
-                     "tokens": sum(c["tokens_generated"] for c in cs)}
-              for part, cs in (("eval", eval_chunks), ("rest", rest_chunks))}  # fmt: skip
+    timing = {
+        part: {
+            "wall_s": sum(c["timing"]["wall_s"] for c in cs),
+            "cpu_s": sum(c["timing"]["cpu_s"] for c in cs),
+            "tokens": sum(c["tokens_generated"] for c in cs),
+        }
+        for part, cs in (("eval", eval_chunks), ("rest", rest_chunks))
+    }
     summary = {
         "model": args.model,
         "source": json.loads((out / "source.json").read_text()),

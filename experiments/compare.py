@@ -68,8 +68,14 @@ def _summary(run_dir: Path) -> str:
         values.append(metrics.get("pass@1", {}).get("value"))
     run = run_dir / "run.json"
     budget = json.loads(run.read_text()).get("budget", {}) if run.is_file() else {}
-    sampled = (f"{budget['fresh_prompts']} prompts / {budget['fresh_completions']} completions / "
-               f"{budget['optimizer_steps']} steps") if budget else ""  # fmt: skip
+    sampled = (
+        (
+            f"{budget['fresh_prompts']} prompts / {budget['fresh_completions']} completions / "
+            f"{budget['optimizer_steps']} steps"
+        )
+        if budget
+        else ""
+    )
     if values == [None, None]:
         return sampled or "done"
     before, after = (f"{100 * v:.1f}%" if v is not None else "-" for v in values)
@@ -192,16 +198,29 @@ def _interrupted(runs: Sequence[tuple[str, Path, list[str]]]) -> ComparisonInter
     return ComparisonInterrupted(done, left)
 
 
-def _run_processes(runs: Sequence[tuple[str, Path, list[str]]], heads: dict[str, str], logs: Path, *, jobs: int,
-                   verbose: bool) -> None:  # fmt: skip
+def _run_processes(
+    runs: Sequence[tuple[str, Path, list[str]]],
+    heads: dict[str, str],
+    logs: Path,
+    *,
+    jobs: int,
+    verbose: bool,
+) -> None:
     """The runs as `python -m experiments.train` children, `jobs` at a time (experiments.progress.run_children)."""
     from experiments.progress import Child, ProgressBoard, run_children
 
     if not verbose:
         logs.mkdir(parents=True, exist_ok=True)
     dirs = {name: run_dir for name, run_dir, _ in runs}
-    children = [Child(name, [sys.executable, "-m", "experiments.train", *argv], None if verbose else logs / f"{name}.log",
-                      child_env()) for name, _, argv in runs]  # fmt: skip
+    children = [
+        Child(
+            name,
+            [sys.executable, "-m", "experiments.train", *argv],
+            None if verbose else logs / f"{name}.log",
+            child_env(),
+        )
+        for name, _, argv in runs
+    ]
     board = ProgressBoard()
 
     def started(child: Child) -> None:

@@ -53,8 +53,15 @@ CHAT_REPLY = "\n\nReply with the code in a single ```python code block."
 # Where each stdin/stdout format keeps the problem's text (APPS/TACO, CodeContests, open-r1 / PrimeIntellect).
 STATEMENT_COLUMNS: tuple[str, ...] = ("question", "description", "prompt", "problem", "problem_statement")
 # What a stdin/stdout row keeps beside task_id and statement: its test columns, and APPS's call-based extras.
-STDIO_KEPT: tuple[str, ...] = ("input_output", "public_tests", "private_tests", "generated_tests",
-                               "verification_info", "fn_name", "starter_code")  # fmt: skip
+STDIO_KEPT: tuple[str, ...] = (
+    "input_output",
+    "public_tests",
+    "private_tests",
+    "generated_tests",
+    "verification_info",
+    "fn_name",
+    "starter_code",
+)
 
 _LOCAL_SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
 

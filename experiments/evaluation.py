@@ -210,8 +210,13 @@ def _shared_prompt_cache(model: Any, input_ids: Any, attention_mask: Any, repeat
     ):
         return None
     positions = (attention_mask.long().cumsum(-1) - 1).masked_fill(attention_mask == 0, 0)
-    out = model(input_ids=input_ids[:, :-1], attention_mask=attention_mask[:, :-1],
-                position_ids=positions[:, :-1], use_cache=True, logits_to_keep=1)  # fmt: skip
+    out = model(
+        input_ids=input_ids[:, :-1],
+        attention_mask=attention_mask[:, :-1],
+        position_ids=positions[:, :-1],
+        use_cache=True,
+        logits_to_keep=1,
+    )
     cache = getattr(out, "cache", None) or getattr(out, "past_key_values", None)
     if not isinstance(cache, Cache):
         return None
@@ -297,9 +302,12 @@ def _generate(
         if cache is not None:  # the copies of each prompt share one prefill; generate continues from it
             n = num_return_sequences
             out = model.generate(
-                input_ids=input_ids.repeat_interleave(n, 0), attention_mask=attention_mask.repeat_interleave(n, 0),
-                cache=cache, generation_config=shared_config, logits_processor=processors,
-            )  # fmt: skip
+                input_ids=input_ids.repeat_interleave(n, 0),
+                attention_mask=attention_mask.repeat_interleave(n, 0),
+                cache=cache,
+                generation_config=shared_config,
+                logits_processor=processors,
+            )
         else:
             out = model.generate(
                 input_ids=input_ids,
@@ -470,12 +478,23 @@ def evaluate_model(
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=fork_devices):
             torch.manual_seed(seed)
-            common = {"max_new_tokens": max_new_tokens, "batch_size": batch_size, "progress": progress,
-                      "generation_kwargs": generation_kwargs}  # fmt: skip
+            common = {
+                "max_new_tokens": max_new_tokens,
+                "batch_size": batch_size,
+                "progress": progress,
+                "generation_kwargs": generation_kwargs,
+            }
             # The greedy answer is one more row of each prompt's batch (greedy_last), not a second pass.
             desc = f"pass@k sampling (n={n_samples}" + (" + greedy)" if greedy else ")")
-            sampling = {"num_return_sequences": n_samples + int(greedy), "do_sample": True, "temperature": temperature,
-                        "top_p": top_p, "greedy_last": greedy, "desc": desc, **common}  # fmt: skip
+            sampling = {
+                "num_return_sequences": n_samples + int(greedy),
+                "do_sample": True,
+                "temperature": temperature,
+                "top_p": top_p,
+                "greedy_last": greedy,
+                "desc": desc,
+                **common,
+            }
             if processes > 1 and device.type != "cpu":
                 raise ValueError(f"processes > 1 is for CPU evaluation; the model is on {device.type}")
             if processes > 1 and len(ids) > 1:

@@ -150,8 +150,9 @@ def paired_interval(
     """Interval of mean(a) - mean(b) for two (seeds x problems) arrays over the same problems in the same columns,
     paired run by run (row i of `a` with row i of `b`, e.g. a run's after and before): the per-problem
     differences are resampled by `hierarchical_bootstrap` (problems, then seeds)."""
-    reps = hierarchical_bootstrap([np.asarray(a, dtype=float) - np.asarray(b, dtype=float)],
-                                  n_bootstrap=n_bootstrap, seed=seed)  # fmt: skip
+    reps = hierarchical_bootstrap(
+        [np.asarray(a, dtype=float) - np.asarray(b, dtype=float)], n_bootstrap=n_bootstrap, seed=seed
+    )
     return percentile_interval(reps[:, 0], confidence)
 
 

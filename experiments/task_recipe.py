@@ -18,8 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HELDOUT_EVAL", "RL_DEFAULTS", "HeldoutScore", "greedy_sign_test", "heldout_score", "rl_config",
-           "two_proportion_z"]  # fmt: skip
+__all__ = [
+    "HELDOUT_EVAL",
+    "RL_DEFAULTS",
+    "HeldoutScore",
+    "greedy_sign_test",
+    "heldout_score",
+    "rl_config",
+    "two_proportion_z",
+]
 
 # The GRPO settings of the prototype the task was sized from (docs/provenance.md): 8 prompts x 8 completions per
 # step, lr 3e-4 constant after 5 warmup steps; completions capped at 16 tokens (the longest canonical body is 10).

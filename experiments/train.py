@@ -471,8 +471,15 @@ def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunL
         print(f"passk: resuming from {resume_from} (step {_checkpoint_step(resume_from)})", flush=True)
     sampling = apply_model_sampling(exp, cfg, model_path)
     eval_gen = sampling["eval"]
-    logger.info("method=%s model=%s train=%d eval=%d max_steps=%d out=%s", exp.method, model_path,
-                len(train_rows), len(eval_rows), cfg.max_steps, out)  # fmt: skip
+    logger.info(
+        "method=%s model=%s train=%d eval=%d max_steps=%d out=%s",
+        exp.method,
+        model_path,
+        len(train_rows),
+        len(eval_rows),
+        cfg.max_steps,
+        out,
+    )
     for key, reason in exp.not_applicable.items():
         logger.warning("%s: not used by %s (%s)", key, exp.method, reason)
 
@@ -581,8 +588,19 @@ def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunL
 
     if state.is_main_process:
         samples.write(out / SAMPLES_FILE)
-        record = run_record(exp, cfg, trainer, train_output, model_path, resume_from, t_start, train_seconds,
-                            before, after, state.num_processes)  # fmt: skip
+        record = run_record(
+            exp,
+            cfg,
+            trainer,
+            train_output,
+            model_path,
+            resume_from,
+            t_start,
+            train_seconds,
+            before,
+            after,
+            state.num_processes,
+        )
         record.update(run_budget_record(exp, cfg, trainer, samples, state.num_processes, sampling))
         write_json(out / "run.json", record)
     state.wait_for_everyone()
@@ -596,8 +614,11 @@ def interrupted_message(args: Sequence[str], cfg: Any) -> str:
     out = Path(cfg.output_dir)
     last = last_checkpoint(out)
     if last is None:
-        when = "save_strategy is 'no'" if str(cfg.save_strategy) in ("no", "SaveStrategy.NO") else \
-            f"the first save comes at step {cfg.save_steps:g}"  # fmt: skip
+        when = (
+            "save_strategy is 'no'"
+            if str(cfg.save_strategy) in ("no", "SaveStrategy.NO")
+            else f"the first save comes at step {cfg.save_steps:g}"
+        )
         return f"passk: interrupted; no checkpoint in {out} ({when}), so nothing to resume: run it again with --overwrite"
     resume = ["passk", "train", *drop_flags(args, {"overwrite": False, "resume": True}), "--resume", "true"]
     return f"passk: interrupted; last checkpoint: {last}; resume with: {shlex.join(resume)}"

@@ -26,8 +26,17 @@ from typing import Any
 
 from experiments.tasks import sft_rows, tokenizer_corpus
 
-__all__ = ["TASK_MODEL_KWARGS", "WARM_START_INFO", "WARM_START_STEPS", "resolve_base_model", "starting_model",
-           "task_model_path", "warm_start", "warm_start_cached", "warm_started_model"]  # fmt: skip
+__all__ = [
+    "TASK_MODEL_KWARGS",
+    "WARM_START_INFO",
+    "WARM_START_STEPS",
+    "resolve_base_model",
+    "starting_model",
+    "task_model_path",
+    "warm_start",
+    "warm_start_cached",
+    "warm_started_model",
+]
 
 WARM_START_INFO = "passk_warm_start.json"  # written last: marks a complete cached warm start
 

@@ -100,8 +100,17 @@ def test_check_of_the_gpu_file_works_on_any_machine_and_touches_no_device(
         raise AssertionError("the device was touched")
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    for name in ("_lazy_init", "init", "current_device", "set_device", "is_bf16_supported", "device_count",
-                 "get_device_properties", "get_device_capability", "synchronize"):  # fmt: skip
+    for name in (
+        "_lazy_init",
+        "init",
+        "current_device",
+        "set_device",
+        "is_bf16_supported",
+        "device_count",
+        "get_device_properties",
+        "get_device_capability",
+        "synchronize",
+    ):
         monkeypatch.setattr(torch.cuda, name, refuse)
     with pytest.raises(AssertionError, match="the device was touched"):
         parse_config([str(CONFIGS / "seed.yaml"), "--method", "grpo"])
@@ -153,11 +162,18 @@ def test_compare_takes_one_budget_file(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_passk_train_without_arguments_exits_2_with_its_usage() -> None:
-    proc = subprocess.run([sys.executable, "-m", "experiments.cli", "train"], capture_output=True, text=True,
-                          cwd=REPO, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.cli", "train"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("passk: error: train needs a CONFIG and a method: passk train CONFIG --method M "
-                                   "[--key value ...] (passk train --help)")  # fmt: skip
+    assert proc.stderr.strip() == (
+        "passk: error: train needs a CONFIG and a method: passk train CONFIG --method M "
+        "[--key value ...] (passk train --help)"
+    )
 
 
 def test_an_output_dir_holding_a_run_is_refused_in_one_line(
@@ -170,8 +186,10 @@ def test_an_output_dir_holding_a_run_is_refused_in_one_line(
     (out / "run.json").write_text("{}")
     assert cli.main(["train", "cpu", "--method", "grpo", "--output_dir", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"passk: error: output_dir: {out} already holds files (run.json); pass --overwrite to replace "
-                   "them, --resume true to continue that run, or another --output_dir")  # fmt: skip
+    assert err == (
+        f"passk: error: output_dir: {out} already holds files (run.json); pass --overwrite to replace "
+        "them, --resume true to continue that run, or another --output_dir"
+    )
     # compare checks every run's directory before the first run starts
     (tmp_path / "cmp" / "ppo").mkdir(parents=True)
     (tmp_path / "cmp" / "ppo" / "model.safetensors").write_text("")
@@ -188,9 +206,25 @@ def test_passk_train_end_to_end(tmp_path: Path, passk_cache: Path, tiny_model_di
     out.mkdir()
     (out / "checkpoint-9").mkdir()  # an earlier run's
     cmd = [
-        sys.executable, "-m", "experiments.cli", "train", "cpu", "--method", "grpo", "--model", str(tiny_model_dir),
-        "--budget_prompts", "2", "--n_eval", "4", "--save_steps", "1", "--output_dir", str(out), "--overwrite",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "experiments.cli",
+        "train",
+        "cpu",
+        "--method",
+        "grpo",
+        "--model",
+        str(tiny_model_dir),
+        "--budget_prompts",
+        "2",
+        "--n_eval",
+        "4",
+        "--save_steps",
+        "1",
+        "--output_dir",
+        str(out),
+        "--overwrite",
+    ]
     proc = subprocess.run(
         cmd, capture_output=True, text=True, cwd=tmp_path, env=_env(passk_cache), timeout=600
     )
@@ -244,11 +278,36 @@ def test_lora_flag_trains_an_adapter_that_passk_eval_loads(
     out = tmp_path / "lora"
     common = ["--n_eval", "8", "--eval_n", "2", "--eval_ks", "1", "2", "--eval_every_n_steps", "0"]
     argv = [
-        "train", "demo", "--method", "reinforce", "--model", model, "--warm_start_steps", "0", "--budget_prompts", "8",
-        "--per_device_train_batch_size", "16", "--num_generations", "4", "--n_train", "32",
-        "--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--learning_rate", "1e-2",
-        "--report_to", "none", "--output_dir", str(out), *common,
-    ]  # fmt: skip
+        "train",
+        "demo",
+        "--method",
+        "reinforce",
+        "--model",
+        model,
+        "--warm_start_steps",
+        "0",
+        "--budget_prompts",
+        "8",
+        "--per_device_train_batch_size",
+        "16",
+        "--num_generations",
+        "4",
+        "--n_train",
+        "32",
+        "--use_peft",
+        "true",
+        "--lora_r",
+        "4",
+        "--lora_alpha",
+        "8",
+        "--learning_rate",
+        "1e-2",
+        "--report_to",
+        "none",
+        "--output_dir",
+        str(out),
+        *common,
+    ]
     assert main(argv) == 0
     adapter = json.loads((out / "adapter_config.json").read_text())
     assert adapter["r"] == 4 and adapter["lora_alpha"] == 8
@@ -302,8 +361,22 @@ def test_compare_runs_every_method_per_seed_on_one_budget_file(
         "write_report",
         lambda dirs, out: reported.update(dirs=dirs) or Path(out) / "report.md",
     )
-    argv = ["compare", "cpu", "--methods", "grpo,ppo", "--seeds", "3,4", "--out", str(tmp_path), "--budget_prompts",
-            "4", "--lam", "0.9", "--jobs", "2"]  # fmt: skip
+    argv = [
+        "compare",
+        "cpu",
+        "--methods",
+        "grpo,ppo",
+        "--seeds",
+        "3,4",
+        "--out",
+        str(tmp_path),
+        "--budget_prompts",
+        "4",
+        "--lam",
+        "0.9",
+        "--jobs",
+        "2",
+    ]
     assert cli.main(argv) == 0, capsys.readouterr().err
     assert jobs == [2]
     assert "--lam goes to ppo only" in capsys.readouterr().out
@@ -350,8 +423,25 @@ def test_compare_shows_each_runs_progress_and_keeps_the_trainer_output_in_logs(
     tmp_path: Path, passk_cache: Path, tiny_model_dir: Path
 ) -> None:
     out = tmp_path / "cmp"
-    cmd = [sys.executable, "-m", "experiments.cli", "compare", "cpu", "--methods", "grpo,reinforce", "--jobs", "2",
-           "--model", str(tiny_model_dir), "--budget_prompts", "2", "--n_eval", "4", "--out", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.cli",
+        "compare",
+        "cpu",
+        "--methods",
+        "grpo,reinforce",
+        "--jobs",
+        "2",
+        "--model",
+        str(tiny_model_dir),
+        "--budget_prompts",
+        "2",
+        "--n_eval",
+        "4",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(
         cmd, capture_output=True, text=True, cwd=tmp_path, env=_env(passk_cache), timeout=900
     )
@@ -390,11 +480,34 @@ def test_ctrl_c_says_where_the_last_checkpoint_is_and_its_resume_command_resumes
 
     (tmp_path / "slow_reward.py").write_text(SLOW_REWARD)
     out = tmp_path / "run"
-    args = ["train", "cpu", "--method", "grpo", "--model", str(tiny_model_dir), "--budget_prompts", "0",
-            "--max_steps", "8", "--save_steps", "1", "--n_eval", "0", "--reward_funcs", "slow_reward.py:reward",
-            "--output_dir", str(out)]  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", *args], cwd=tmp_path, env=_env(passk_cache),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    args = [
+        "train",
+        "cpu",
+        "--method",
+        "grpo",
+        "--model",
+        str(tiny_model_dir),
+        "--budget_prompts",
+        "0",
+        "--max_steps",
+        "8",
+        "--save_steps",
+        "1",
+        "--n_eval",
+        "0",
+        "--reward_funcs",
+        "slow_reward.py:reward",
+        "--output_dir",
+        str(out),
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "experiments.cli", *args],
+        cwd=tmp_path,
+        env=_env(passk_cache),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 600
         while not (out / "checkpoint-1" / "trainer_state.json").is_file() and proc.poll() is None:
@@ -420,8 +533,14 @@ def test_ctrl_c_says_where_the_last_checkpoint_is_and_its_resume_command_resumes
     assert checkpoint.name == f"checkpoint-{stop.group(1)}"  # saved where it stopped
     assert command == ["passk", *args, "--resume", "true"]
 
-    resumed = subprocess.run([sys.executable, "-m", "experiments.cli", *command[1:]], cwd=tmp_path,
-                             env=_env(passk_cache), capture_output=True, text=True, timeout=600)  # fmt: skip
+    resumed = subprocess.run(
+        [sys.executable, "-m", "experiments.cli", *command[1:]],
+        cwd=tmp_path,
+        env=_env(passk_cache),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     step = checkpoint.name.split("-")[1]
     assert f"passk: resuming from {checkpoint} (step {step})" in resumed.stdout
@@ -440,16 +559,30 @@ def test_eval_of_a_run_or_its_checkpoint_uses_the_runs_settings_and_says_so(
     # checkpoint-3 saved whole (its trainer_state.json), checkpoint-4 cut short: `passk eval RUN_DIR` takes 3.
     (run_dir / "checkpoint-3" / "trainer_state.json").write_text('{"global_step": 3}')
     (run_dir / "checkpoint-4").mkdir()
-    config = {"dataset": "learnable", "n_train": 40, "n_eval": 6, "split_seed": 0, "style": "completion",
-              "eval_n": 2, "eval_ks": [1, 2], "eval_temperature": 1.0, "eval_top_p": 1.0, "eval_max_new_tokens": 8,
-              "seed": 42, "learning_rate": 3e-4, "method": "grpo"}  # fmt: skip
+    config = {
+        "dataset": "learnable",
+        "n_train": 40,
+        "n_eval": 6,
+        "split_seed": 0,
+        "style": "completion",
+        "eval_n": 2,
+        "eval_ks": [1, 2],
+        "eval_temperature": 1.0,
+        "eval_top_p": 1.0,
+        "eval_max_new_tokens": 8,
+        "seed": 42,
+        "learning_rate": 3e-4,
+        "method": "grpo",
+    }
     (run_dir / "run.json").write_text(json.dumps({"config": config}))
     out = tmp_path / "eval.json"
     assert main(["eval", str(run_dir / "checkpoint-3"), "--out", str(out)]) == 0, capsys.readouterr().err
     said = capsys.readouterr().out
-    assert (f"passk eval: learnable (eval split of split_seed 0, 6 eval problems), completion prompts, n=2 at "
-            f"temperature 1 (top_p 1), up to 8 new tokens, seed 42: settings of the run's {run_dir / 'run.json'}"
-            in said)  # fmt: skip
+    assert (
+        f"passk eval: learnable (eval split of split_seed 0, 6 eval problems), completion prompts, n=2 at "
+        f"temperature 1 (top_p 1), up to 8 new tokens, seed 42: settings of the run's {run_dir / 'run.json'}"
+        in said
+    )
     ev = json.loads(out.read_text())
     assert ev["num_problems"] == 6 and ev["n"] == 2 and ev["problems"][0]["task_id"].startswith("synth/")
     # The model as named on the command line, and what passk built it from.
@@ -479,8 +612,19 @@ def test_a_hub_id_without_network_fails_fast_in_one_line_saying_how_to_work_offl
         port = s.getsockname()[1]
     env = {k: v for k, v in _env(passk_cache).items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env.update(HF_ENDPOINT=f"http://127.0.0.1:{port}", HF_HOME=str(tmp_path / "hf"))  # an empty HF cache
-    cmd = [sys.executable, "-m", "experiments.cli", "train", "cpu", "--method", "grpo", "--model",
-           "some-org/some-model", "--output_dir", str(tmp_path / "run")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.cli",
+        "train",
+        "cpu",
+        "--method",
+        "grpo",
+        "--model",
+        "some-org/some-model",
+        "--output_dir",
+        str(tmp_path / "run"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1] == (
@@ -538,8 +682,14 @@ def test_the_console_shows_passk_and_the_libraries_chatter_goes_to_the_run_log(
         [*base, "--check"], capture_output=True, text=True, cwd=tmp_path, env=_env(passk_cache)
     )
     assert check.returncode == 0 and check.stderr == "", check.stderr
-    proc = subprocess.run([*base, "--n_eval", "2", "--output_dir", str(out)], capture_output=True, text=True,
-                          cwd=tmp_path, env=_env(passk_cache), timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [*base, "--n_eval", "2", "--output_dir", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_env(passk_cache),
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     console = proc.stdout + proc.stderr
     for chatter in ("LOAD REPORT", "MISSING", "FutureWarning", "Loading weights", "Writing model shards"):
@@ -577,8 +727,10 @@ def test_words_that_were_stale_say_what_is_true(
     assert cli.main(["train", "seed", "--method", "grpo", "--check"]) == 0
     out = capsys.readouterr().out
     assert "logprob_temperature=0.8 (= temperature)" in out
-    assert ("# not used by grpo: the budget file's logprob_temperature (GRPOConfig has no such option; grpo uses "
-            "logprob_temperature=0.8, above)") in out  # fmt: skip
+    assert (
+        "# not used by grpo: the budget file's logprob_temperature (GRPOConfig has no such option; grpo uses "
+        "logprob_temperature=0.8, above)"
+    ) in out
 
     line = _one_line(ValueError("Your setup doesn't support bf16/gpu. You need to assign use_cpu."))
     named = re.search(r"\(as (experiments/configs/\S+) does\)", line)
@@ -644,8 +796,22 @@ def test_the_demo_console_shows_passk_only_while_it_builds_its_models(tmp_path: 
     writing bars and datasets' map bars go to DIR/logs/passk.log, not the console."""
     out = tmp_path / "demo"
     env = {**_env(tmp_path / "fresh-cache"), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "experiments.cli", "demo", "--methods", "grpo", "--out", str(out), "--budget_prompts",
-           "8", "--eval_every_n_steps", "0", "--n_eval", "4"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.cli",
+        "demo",
+        "--methods",
+        "grpo",
+        "--out",
+        str(out),
+        "--budget_prompts",
+        "8",
+        "--eval_every_n_steps",
+        "0",
+        "--n_eval",
+        "4",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     console = proc.stdout + proc.stderr

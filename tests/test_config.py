@@ -104,9 +104,16 @@ def test_method_from_command_line_picks_the_config_class(tmp_path: Path, no_mode
 
 @pytest.mark.parametrize(
     ("method", "rule"),
-    [("ppo", None), ("vanilla_pg", None), ("reinforce", None), ("reinforce_kl", None), ("grpo", "GRPO requires"),
-     ("rloo", "RLOO requires"), ("reinforce_rloo", "REINFORCE with baseline 'rloo'")],
-)  # fmt: skip
+    [
+        ("ppo", None),
+        ("vanilla_pg", None),
+        ("reinforce", None),
+        ("reinforce_kl", None),
+        ("grpo", "GRPO requires"),
+        ("rloo", "RLOO requires"),
+        ("reinforce_rloo", "REINFORCE with baseline 'rloo'"),
+    ],
+)
 def test_num_generations_lower_bound_is_the_methods_own(
     tmp_path: Path, no_model_loads: None, method: str, rule: str | None
 ) -> None:
@@ -272,8 +279,15 @@ def test_a_budget_file_may_not_set_a_methods_hyperparameter(tmp_path: Path, no_m
     # A one-method file may, and so may the command line.
     _, cfg = parse_config([write(tmp_path, "method: ppo\n" + text, "ppo.yaml")])
     assert cfg.kl_coef == 0.1
-    _, cfg = parse_config([write(tmp_path, text.replace("kl_coef: 0.1\n", ""), "b.yaml"), "--method", "reinforce",
-                           "--kl_coef", "0.2"])  # fmt: skip
+    _, cfg = parse_config(
+        [
+            write(tmp_path, text.replace("kl_coef: 0.1\n", ""), "b.yaml"),
+            "--method",
+            "reinforce",
+            "--kl_coef",
+            "0.2",
+        ]
+    )
     assert cfg.kl_coef == 0.2
 
 
@@ -344,8 +358,10 @@ def test_a_typo_in_a_key_says_did_you_mean(
     path = write(tmp_path, "method: grpo\nlearning_rat: 1e-6\n" + CPU)
     assert main(["train", path, "--check"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"passk: error: learning_rat: unknown key in {path} (not a field of ExperimentArgs or of any "
-                   "method's config); did you mean 'learning_rate'?")  # fmt: skip
+    assert err == (
+        f"passk: error: learning_rat: unknown key in {path} (not a field of ExperimentArgs or of any "
+        "method's config); did you mean 'learning_rate'?"
+    )
     assert main(["train", "demo", "--method", "grpo", "--check", "--eval_temprature", "0.5"]) == 2
     err = capsys.readouterr().err.strip()
     assert (
@@ -399,18 +415,25 @@ def test_an_output_dir_that_holds_a_run_is_refused_unless_overwritten_or_resumed
     (out / "eval_before.json").write_text("{}")  # stopped before its first checkpoint: --resume cannot help
     with pytest.raises(ConfigError) as err:
         check_output_dir(exp, cfg)
-    assert str(err.value) == (f"output_dir: {out} already holds files (eval_before.json) of a run that saved no "
-                              "checkpoint, so --resume cannot continue it; pass --overwrite to start it again, or "
-                              "another --output_dir")  # fmt: skip
+    assert str(err.value) == (
+        f"output_dir: {out} already holds files (eval_before.json) of a run that saved no "
+        "checkpoint, so --resume cannot continue it; pass --overwrite to start it again, or "
+        "another --output_dir"
+    )
     (out / "eval_before.json").unlink()
     (out / "run.json").write_text("{}")
     (out / "checkpoint-40").mkdir()
     with pytest.raises(ConfigError) as err:
         check_output_dir(exp, cfg)
-    assert str(err.value) == (f"output_dir: {out} already holds files (checkpoint-40, run.json); pass --overwrite to "
-                              "replace them, --resume true to continue that run, or another --output_dir")  # fmt: skip
+    assert str(err.value) == (
+        f"output_dir: {out} already holds files (checkpoint-40, run.json); pass --overwrite to "
+        "replace them, --resume true to continue that run, or another --output_dir"
+    )
     for flags in (["--overwrite"], ["--resume", "true"]):
         check_output_dir(*parse_config([demo, "--method", "grpo", "--output_dir", str(out), *flags]))
     with pytest.raises(ConfigError, match="^overwrite: set either"):
-        check_output_dir(*parse_config([demo, "--method", "grpo", "--output_dir", str(out), "--overwrite",
-                                        "--resume", "true"]))  # fmt: skip
+        check_output_dir(
+            *parse_config(
+                [demo, "--method", "grpo", "--output_dir", str(out), "--overwrite", "--resume", "true"]
+            )
+        )

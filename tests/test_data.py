@@ -20,13 +20,25 @@ from experiments.data import (
 # Seed 0, defaults (50 / 30 / 84). A change here means every reported number changes meaning: only update
 # these together with a note in the changelog.
 PINNED_TRAIN_HEAD = [
-    "HumanEval/1", "HumanEval/2", "HumanEval/6", "HumanEval/14",
-    "HumanEval/21", "HumanEval/24", "HumanEval/25", "HumanEval/32",
-]  # fmt: skip
+    "HumanEval/1",
+    "HumanEval/2",
+    "HumanEval/6",
+    "HumanEval/14",
+    "HumanEval/21",
+    "HumanEval/24",
+    "HumanEval/25",
+    "HumanEval/32",
+]
 PINNED_EVAL_HEAD = [
-    "HumanEval/26", "HumanEval/39", "HumanEval/45", "HumanEval/54",
-    "HumanEval/57", "HumanEval/63", "HumanEval/64", "HumanEval/71",
-]  # fmt: skip
+    "HumanEval/26",
+    "HumanEval/39",
+    "HumanEval/45",
+    "HumanEval/54",
+    "HumanEval/57",
+    "HumanEval/63",
+    "HumanEval/64",
+    "HumanEval/71",
+]
 PINNED_DIGESTS = {  # sha256 of ",".join(task ids of the split)
     "train": "4add444697c08c36a894f12f690a076721fccc98c78e74b1011f0cd721167373",
     "eval": "02bdbed8502fba114d678402ed9f50c812659d09ca1ab99e240858b15796e40e",

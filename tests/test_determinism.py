@@ -19,9 +19,15 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 TIMING_KEYS = {
-    "wall_time_s", "train_tokens_per_s", "eval_tokens_per_s", "step_time", "timing",
-    "train_runtime", "train_samples_per_second", "train_steps_per_second",
-}  # fmt: skip
+    "wall_time_s",
+    "train_tokens_per_s",
+    "eval_tokens_per_s",
+    "step_time",
+    "timing",
+    "train_runtime",
+    "train_samples_per_second",
+    "train_steps_per_second",
+}
 
 
 def _drop_timings(value):
@@ -36,11 +42,36 @@ def _train(model: str, out: Path, passk_cache: Path) -> None:
     env = dict(os.environ, PASSK_CACHE=str(passk_cache))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     cmd = [
-        sys.executable, "-m", "experiments.cli", "train", "demo", "--method", "ppo", "--model", model,
-        "--warm_start_steps", "0", "--budget_prompts", "8", "--per_device_train_batch_size", "16",
-        "--num_generations", "4", "--n_train", "48", "--steps_per_generation", "1",  # 2 rollouts of one step
-        "--n_eval", "24", "--eval_every_n_steps", "2", "--report_to", "none", "--output_dir", str(out),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "experiments.cli",
+        "train",
+        "demo",
+        "--method",
+        "ppo",
+        "--model",
+        model,
+        "--warm_start_steps",
+        "0",
+        "--budget_prompts",
+        "8",
+        "--per_device_train_batch_size",
+        "16",
+        "--num_generations",
+        "4",
+        "--n_train",
+        "48",
+        "--steps_per_generation",
+        "1",  # 2 rollouts of one step
+        "--n_eval",
+        "24",
+        "--eval_every_n_steps",
+        "2",
+        "--report_to",
+        "none",
+        "--output_dir",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 

@@ -64,16 +64,44 @@ def run_all(out: Path, model: str, per_device_batch: int, methods: list[str]) ->
     for method in methods:
         os.environ[PROBE_DIR_ENV] = str(out / method / "probe")
         argv = [
-            str(REPO / "experiments" / "configs" / "cpu.yaml"), "--method", method,
-            "--model", model, "--dataset", "learnable", "--n_train", "16", "--n_eval", "0",
-            "--num_generations", "2", "--per_device_train_batch_size", str(per_device_batch),
-            "--max_completion_length", "8", "--budget_prompts", "8", "--learning_rate", "0",
-            "--steps_per_generation", "1",  # PPO too: one step per generation batch, 2 batches for every method
-            "--generation_kwargs", '{"do_sample": false}',
-            "--reward_funcs", f"{Path(__file__).resolve()}:probe_reward",
-            "--save_strategy", "no", "--save_model", "false", "--report_to", "none", "--disable_tqdm", "true",
-            "--output_dir", str(out / method),
-        ]  # fmt: skip
+            str(REPO / "experiments" / "configs" / "cpu.yaml"),
+            "--method",
+            method,
+            "--model",
+            model,
+            "--dataset",
+            "learnable",
+            "--n_train",
+            "16",
+            "--n_eval",
+            "0",
+            "--num_generations",
+            "2",
+            "--per_device_train_batch_size",
+            str(per_device_batch),
+            "--max_completion_length",
+            "8",
+            "--budget_prompts",
+            "8",
+            "--learning_rate",
+            "0",
+            "--steps_per_generation",
+            "1",  # PPO too: one step per generation batch, 2 batches for every method
+            "--generation_kwargs",
+            '{"do_sample": false}',
+            "--reward_funcs",
+            f"{Path(__file__).resolve()}:probe_reward",
+            "--save_strategy",
+            "no",
+            "--save_model",
+            "false",
+            "--report_to",
+            "none",
+            "--disable_tqdm",
+            "true",
+            "--output_dir",
+            str(out / method),
+        ]
         run(*parse_config(argv))
 
 
@@ -105,9 +133,17 @@ def test_two_cpu_processes_gather_the_same_rewards_as_one(tmp_path: Path, tiny_m
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     cmd = [
-        sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(REPO / "accelerate_configs" / "cpu.yaml"),
-        str(Path(__file__).resolve()), str(two), str(tiny_model_dir), str(GLOBAL_BATCH // 2), *methods,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(REPO / "accelerate_configs" / "cpu.yaml"),
+        str(Path(__file__).resolve()),
+        str(two),
+        str(tiny_model_dir),
+        str(GLOBAL_BATCH // 2),
+        *methods,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_all(one, str(tiny_model_dir), GLOBAL_BATCH, methods)

@@ -123,8 +123,10 @@ def test_hierarchical_bootstrap_pairs_problems_and_resamples_seeds() -> None:
     means = hierarchical_bootstrap([seeds], n_bootstrap=4000, seed=0)[:, 0]
     assert set(np.unique(means)) == {0.0, 0.5, 1.0}
     assert abs(np.mean(means == 0.5) - 0.5) < 0.03
-    assert np.array_equal(hierarchical_bootstrap([seeds], n_bootstrap=50, seed=9),
-                          hierarchical_bootstrap([seeds], n_bootstrap=50, seed=9))  # fmt: skip
+    assert np.array_equal(
+        hierarchical_bootstrap([seeds], n_bootstrap=50, seed=9),
+        hierarchical_bootstrap([seeds], n_bootstrap=50, seed=9),
+    )
     with pytest.raises(ValueError, match="same"):
         hierarchical_bootstrap([np.zeros((1, 5)), np.zeros((1, 6))])
 

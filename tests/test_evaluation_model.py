@@ -171,8 +171,18 @@ def test_entropy_is_the_policys_own_on_its_samples(tiny, rows3) -> None:
     pass over the same sampled tokens, up to and including EOS, at a sampling temperature other than 1."""
     model, tok = tiny
     n = 3
-    res = evaluate_model(model, tok, rows3, n_samples=n, ks=(1,), temperature=0.5, top_p=1.0, seed=5,
-                         greedy=False, **{**FAST, "batch_size": 3})  # fmt: skip
+    res = evaluate_model(
+        model,
+        tok,
+        rows3,
+        n_samples=n,
+        ks=(1,),
+        temperature=0.5,
+        top_p=1.0,
+        seed=5,
+        greedy=False,
+        **{**FAST, "batch_size": 3},
+    )
     # Regenerate the same samples (same seed, same batch) to get their token ids.
     from transformers import GenerationConfig
 
@@ -180,9 +190,17 @@ def test_entropy_is_the_policys_own_on_its_samples(tiny, rows3) -> None:
     width = max(map(len, ids))
     input_ids = torch.tensor([[tok.pad_token_id] * (width - len(i)) + i for i in ids])
     mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids])
-    config = GenerationConfig(max_new_tokens=FAST["max_new_tokens"], num_return_sequences=n, do_sample=True,
-                              temperature=0.5, top_p=1.0, top_k=0, repetition_penalty=1.0,
-                              pad_token_id=tok.pad_token_id, eos_token_id=[tok.eos_token_id])  # fmt: skip
+    config = GenerationConfig(
+        max_new_tokens=FAST["max_new_tokens"],
+        num_return_sequences=n,
+        do_sample=True,
+        temperature=0.5,
+        top_p=1.0,
+        top_k=0,
+        repetition_penalty=1.0,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=[tok.eos_token_id],
+    )
     with torch.no_grad(), torch.random.fork_rng():
         torch.manual_seed(5)
         out = model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config)
@@ -206,8 +224,14 @@ def _texts(model, tok, rows, **kwargs) -> list[list[str]]:
     from experiments.evaluation import _generate
 
     ids = [_prompt_ids(tok, row["prompt"]) for row in rows]
-    common = {"temperature": 0.7, "top_p": 0.9, "max_new_tokens": 24, "batch_size": 3, "progress": False,
-              "desc": "test"}  # fmt: skip
+    common = {
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "max_new_tokens": 24,
+        "batch_size": 3,
+        "progress": False,
+        "desc": "test",
+    }
     with torch.no_grad(), torch.random.fork_rng():
         torch.manual_seed(11)
         return _generate(model, tok, ids, **common, **kwargs)[0]

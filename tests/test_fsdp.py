@@ -79,13 +79,32 @@ def worker(model_dir: str, out_dir: str) -> None:
 
     def train(name: str, max_steps: int, resume: str | None = None) -> PPOTrainer:
         args = build_config(
-            "ppo", output_dir=str(out / name), use_cpu=True, bf16=False, activation_checkpointing=False,
-            report_to="none", disable_tqdm=True, logging_steps=1, per_device_train_batch_size=4, num_generations=4,
-            max_completion_length=8, learning_rate=1e-3, critic_learning_rate=1e-2, lr_scheduler_type="constant",
-            max_steps=max_steps, seed=0, save_strategy="steps" if name == "resumed" else "no", save_steps=2,
-        )  # fmt: skip
-        trainer = PPOTrainer(model=model_dir, reward_funcs=[length_reward], args=args, train_dataset=train_rows(64),
-                             processing_class=AutoTokenizer.from_pretrained(model_dir))  # fmt: skip
+            "ppo",
+            output_dir=str(out / name),
+            use_cpu=True,
+            bf16=False,
+            activation_checkpointing=False,
+            report_to="none",
+            disable_tqdm=True,
+            logging_steps=1,
+            per_device_train_batch_size=4,
+            num_generations=4,
+            max_completion_length=8,
+            learning_rate=1e-3,
+            critic_learning_rate=1e-2,
+            lr_scheduler_type="constant",
+            max_steps=max_steps,
+            seed=0,
+            save_strategy="steps" if name == "resumed" else "no",
+            save_steps=2,
+        )
+        trainer = PPOTrainer(
+            model=model_dir,
+            reward_funcs=[length_reward],
+            args=args,
+            train_dataset=train_rows(64),
+            processing_class=AutoTokenizer.from_pretrained(model_dir),
+        )
         trainer.train(resume_from_checkpoint=resume)
         return trainer
 
@@ -118,16 +137,28 @@ def worker(model_dir: str, out_dir: str) -> None:
     }
     train("resumed", 2)
     resumed = train("resumed", 3, resume=str(out / "resumed" / "checkpoint-2"))
-    result |= {"resumed_step3": step(resumed, 3), "resumed_critic": critic_digest(resumed),
-               "resumed_global_step": resumed.state.global_step}  # fmt: skip
+    result |= {
+        "resumed_step3": step(resumed, 3),
+        "resumed_critic": critic_digest(resumed),
+        "resumed_global_step": resumed.state.global_step,
+    }
     (out / f"rank{rank}.json").write_text(json.dumps(result))
 
 
 @pytest.mark.slow
 def test_ppo_trains_checkpoints_and_resumes_under_fsdp2_on_two_cpu_processes(tiny_model_dir, tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), **fsdp2_environment())
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(HERE),
-           str(tiny_model_dir), str(tmp_path)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(HERE),
+        str(tiny_model_dir),
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]

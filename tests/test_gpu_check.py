@@ -31,12 +31,18 @@ def _gpu_check():
 
 def test_verdicts_compare_each_method_with_grpo() -> None:
     gpu_check = _gpu_check()
-    results = {"methods": {
-        "grpo": {"step_time_s": 2.0, "generation_tokens_per_s": 12_000.0, "peak_gpu_memory_gib": 60.0},
-        "ppo": {"step_time_s": 3.0, "generation_tokens_per_s": 11_000.0, "peak_gpu_memory_gib": 85.0},
-        "reinforce": {"step_time_s": 2.2, "generation_tokens_per_s": 9_000.0, "peak_gpu_memory_gib": 60.0},
-        "rloo": {"error": "RuntimeError: boom"},
-    }}  # fmt: skip
+    results = {
+        "methods": {
+            "grpo": {"step_time_s": 2.0, "generation_tokens_per_s": 12_000.0, "peak_gpu_memory_gib": 60.0},
+            "ppo": {"step_time_s": 3.0, "generation_tokens_per_s": 11_000.0, "peak_gpu_memory_gib": 85.0},
+            "reinforce": {
+                "step_time_s": 2.2,
+                "generation_tokens_per_s": 9_000.0,
+                "peak_gpu_memory_gib": 60.0,
+            },
+            "rloo": {"error": "RuntimeError: boom"},
+        }
+    }
     gpu_check.add_ratios(results)
     ppo = results["methods"]["ppo"]
     assert ppo["step_time_vs_grpo"] == pytest.approx(1.5) and ppo["peak_memory_vs_grpo"] == pytest.approx(

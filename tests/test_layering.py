@@ -189,7 +189,7 @@ def test_the_config_imports_no_module_that_imports_it() -> None:
         "experiments.warm_start",
         "experiments.budget",
         "experiments.tasks",
-    ],  # fmt: skip
+    ],
 )
 def test_the_modules_below_the_config_take_values(module: str) -> None:
     # They are given the config's values (`DataSpec`, `RewardSpec`, plain arguments), not the parsed config.

@@ -16,17 +16,29 @@ from experiments.trainers import METHODS, ORIGINAL_METHODS, build_config, method
 PAPER_VALUES = {
     "dr_grpo": {"loss_type": "dr_grpo", "scale_rewards": "none", "beta": 0.0},  # arXiv:2503.20783
     "dapo": {  # arXiv:2503.14476: clip-higher, token-level loss, overlong filtering, no KL
-        "loss_type": "dapo", "epsilon": 0.2, "epsilon_high": 0.28, "mask_truncated_completions": True, "beta": 0.0,
+        "loss_type": "dapo",
+        "epsilon": 0.2,
+        "epsilon_high": 0.28,
+        "mask_truncated_completions": True,
+        "beta": 0.0,
     },
     "gspo": {  # arXiv:2507.18071 (v2) section 5.1
-        "importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon": 3e-4, "epsilon_high": 4e-4,
+        "importance_sampling_level": "sequence",
+        "loss_type": "grpo",
+        "epsilon": 3e-4,
+        "epsilon_high": 4e-4,
         "beta": 0.0,
     },
     "cispo": {"loss_type": "cispo", "epsilon_high": 5.0, "beta": 0.0},  # arXiv:2506.13585, TRL's epsilon_high
     "pkpo": {"pkpo_k": 2, "beta": 0.04},  # arXiv:2505.15201 on the grpo row
-}  # fmt: skip
-PAPERS = {"dr_grpo": "2503.20783", "dapo": "2503.14476", "gspo": "2507.18071", "cispo": "2506.13585",
-          "pkpo": "2505.15201"}  # fmt: skip
+}
+PAPERS = {
+    "dr_grpo": "2503.20783",
+    "dapo": "2503.14476",
+    "gspo": "2507.18071",
+    "cispo": "2506.13585",
+    "pkpo": "2505.15201",
+}
 CONFIGS = Path(__file__).resolve().parent.parent / "experiments" / "configs"
 BASE = {"use_cpu": True, "bf16": False, "num_generations": 2, "per_device_train_batch_size": 2}
 
@@ -91,10 +103,23 @@ def test_dapo_masks_truncated_completions_out_of_the_loss(tiny_model_dir: Path, 
 
     def run(name: str, **overrides) -> tuple[bool, list[dict]]:
         args = build_config(
-            "dapo", output_dir=str(tmp_path / name), use_cpu=True, bf16=False, activation_checkpointing=False,
-            report_to="none", save_strategy="no", disable_tqdm=True, logging_steps=1, per_device_train_batch_size=8,
-            num_generations=4, max_completion_length=8, learning_rate=1e-3, max_steps=1, seed=0, **overrides,
-        )  # fmt: skip
+            "dapo",
+            output_dir=str(tmp_path / name),
+            use_cpu=True,
+            bf16=False,
+            activation_checkpointing=False,
+            report_to="none",
+            save_strategy="no",
+            disable_tqdm=True,
+            logging_steps=1,
+            per_device_train_batch_size=8,
+            num_generations=4,
+            max_completion_length=8,
+            learning_rate=1e-3,
+            max_steps=1,
+            seed=0,
+            **overrides,
+        )
         trainer = METHODS["dapo"].trainer_cls(
             model=str(tiny_model_dir),
             reward_funcs=[lambda completions, **kw: [(len(c) % 7) / 6.0 for c in completions]],
@@ -129,13 +154,45 @@ def test_the_new_rows_sample_grpos_prompts_through_the_runner(tiny_model_dir: Pa
 
     def sampled(method: str) -> tuple[list, dict]:
         out = tmp_path / method
-        run(*parse_config([
-            str(CONFIGS / "cpu.yaml"), "--method", method, "--model", str(tiny_model_dir), "--dataset", "learnable",
-            "--n_train", "16", "--n_eval", "0", "--num_generations", "2", "--per_device_train_batch_size", "4",
-            "--max_completion_length", "8", "--learning_rate", "1e-3", "--budget_prompts", "8",
-            "--reward_funcs", f"{Path(__file__).resolve()}:varied_reward", "--save_strategy", "no",
-            "--save_model", "false", "--report_to", "none", "--disable_tqdm", "true", "--output_dir", str(out),
-        ]))  # fmt: skip
+        run(
+            *parse_config(
+                [
+                    str(CONFIGS / "cpu.yaml"),
+                    "--method",
+                    method,
+                    "--model",
+                    str(tiny_model_dir),
+                    "--dataset",
+                    "learnable",
+                    "--n_train",
+                    "16",
+                    "--n_eval",
+                    "0",
+                    "--num_generations",
+                    "2",
+                    "--per_device_train_batch_size",
+                    "4",
+                    "--max_completion_length",
+                    "8",
+                    "--learning_rate",
+                    "1e-3",
+                    "--budget_prompts",
+                    "8",
+                    "--reward_funcs",
+                    f"{Path(__file__).resolve()}:varied_reward",
+                    "--save_strategy",
+                    "no",
+                    "--save_model",
+                    "false",
+                    "--report_to",
+                    "none",
+                    "--disable_tqdm",
+                    "true",
+                    "--output_dir",
+                    str(out),
+                ]
+            )
+        )
         lines = (out / "sampled_prompts.jsonl").read_text().splitlines()
         record = json.loads((out / "run.json").read_text())
         return [json.loads(line)["prompts"] for line in lines], record

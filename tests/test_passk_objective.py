@@ -161,10 +161,23 @@ def test_pkpo_trains_two_steps_with_its_advantages(tiny_model_dir: Path, tmp_pat
     from experiments.tasks import train_rows
 
     args = build_config(
-        "pkpo", output_dir=str(tmp_path), use_cpu=True, bf16=False, activation_checkpointing=False,
-        report_to="none", save_strategy="no", disable_tqdm=True, logging_steps=1, per_device_train_batch_size=8,
-        num_generations=4, pkpo_k=2, max_completion_length=8, learning_rate=1e-3, max_steps=2, seed=0,
-    )  # fmt: skip
+        "pkpo",
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        activation_checkpointing=False,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        logging_steps=1,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        pkpo_k=2,
+        max_completion_length=8,
+        learning_rate=1e-3,
+        max_steps=2,
+        seed=0,
+    )
     trainer = METHODS["pkpo"].trainer_cls(
         model=str(tiny_model_dir),
         reward_funcs=[binary_reward],

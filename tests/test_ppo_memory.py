@@ -58,8 +58,13 @@ def trained(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     args = build_config(
         "ppo", output_dir=str(tmp_path_factory.mktemp("ppo")), vf_coef=0.5, entropy_coef=0.01, **TINY
     )
-    trainer = PPOTrainer(model=str(tiny_model_dir), reward_funcs=[length_reward], args=args,
-                         train_dataset=train_rows(32), processing_class=AutoTokenizer.from_pretrained(tiny_model_dir))  # fmt: skip
+    trainer = PPOTrainer(
+        model=str(tiny_model_dir),
+        reward_funcs=[length_reward],
+        args=args,
+        train_dataset=train_rows(32),
+        processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+    )
     seen = {"rollouts": [], "batches": [], "critic_rows": [], "events": [], "recording": False}
     critic = trainer.accelerator.unwrap_model(trainer.critic)
     with torch.no_grad():  # the value head starts at 0; give it values for the chunked passes to get right
@@ -80,8 +85,13 @@ def trained(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
         seen["recording"] = False
         with torch.no_grad():  # one pass over all rows, before any update
             unchunked = trainer._critic_values(critic, out)
-        seen["rollouts"].append({"out": out, "unchunked_values": unchunked,
-                                 "scores": trainer._last_rewards_per_func[:, 0].clone()})  # fmt: skip
+        seen["rollouts"].append(
+            {
+                "out": out,
+                "unchunked_values": unchunked,
+                "scores": trainer._last_rewards_per_func[:, 0].clone(),
+            }
+        )
         seen["events"].append("rollout")
         return out
 
@@ -156,8 +166,9 @@ def test_update_gradients_equal_one_backward_through_the_summed_loss(trained):
     values = critic(input_ids=ids, attention_mask=attention).logits[
         :, inputs["prompt_ids"].size(1) - 1 : -1, 0
     ]
-    logps, entropies, _ = trainer._get_per_token_logps_and_entropies(policy, ids, attention, inputs["completion_ids"].size(1),
-                                                                     compute_entropy=True)  # fmt: skip
+    logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
+        policy, ids, attention, inputs["completion_ids"].size(1), compute_entropy=True
+    )
     pg, _ = ppo_clip_loss(
         logps, inputs["old_per_token_logps"], inputs["advantages"], mask, args.epsilon, args.epsilon
     )

@@ -132,8 +132,10 @@ def _children(tmp_path, names, flag=None):
 
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    return [Child(n, [sys.executable, str(script), n, str(flag or tmp_path / "flag")], log=tmp_path / f"{n}.log")
-            for n in names]  # fmt: skip
+    return [
+        Child(n, [sys.executable, str(script), n, str(flag or tmp_path / "flag")], log=tmp_path / f"{n}.log")
+        for n in names
+    ]
 
 
 def test_run_children_shows_each_childs_progress_and_keeps_its_output_in_its_log(tmp_path) -> None:

@@ -203,18 +203,24 @@ def test_the_quick_starts_run_as_written(tmp_path: Path) -> None:
     (drop_in,) = _blocks(QS_DROP_IN, "python")
     (printed,) = _blocks(QS_REWARD, "")
     (tmp_path / "example.py").write_text(example + "\n" + drop_in)
-    proc = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, env=_env(), capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "example.py"], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert [line for line in lines if line.split(":")[0] in ("canonical, unit_test", "broken,    unit_test",
-                                                             "broken,    partial")] == printed.splitlines()  # fmt: skip
+    assert [
+        line
+        for line in lines
+        if line.split(":")[0] in ("canonical, unit_test", "broken,    unit_test", "broken,    partial")
+    ] == printed.splitlines()
     assert "GRPO steps: 2" in lines
     assert (tmp_path / "data" / "train.jsonl").is_file()
     # What the README says the drop-ins print.
     assert [line for line in lines if " steps: " in line and "Trainer" in line] == [
-        "PPOTrainer steps: 2", "ReinforceTrainer steps: 2", "ReinforceTrainer steps: 2"
-    ]  # fmt: skip
+        "PPOTrainer steps: 2",
+        "ReinforceTrainer steps: 2",
+        "ReinforceTrainer steps: 2",
+    ]
     section = _section(QS_DROP_IN).replace("\n", " ")
     assert "It prints `PPOTrainer steps: 2`, then `ReinforceTrainer steps: 2` twice." in section
     assert (
@@ -227,8 +233,9 @@ def test_the_quick_starts_run_as_written(tmp_path: Path) -> None:
     command = _command(command)
     if shutil.which("trl") is None:  # the console script of an editable install in another environment
         command = command.replace("trl grpo", f"{sys.executable} -m trl.cli.main grpo", 1)
-    proc = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=_env(), capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "-c", command], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "rewards/unit_test_reward/mean" in out  # TRL resolved the dotted path and logged our reward
@@ -243,8 +250,14 @@ def test_passk_compare_runs_as_written(tmp_path: Path, passk_cache: Path) -> Non
     out_dir = tmp_path / re.search(r"--out (\S+)", command).group(1)
     if shutil.which("passk") is None:
         command = command.replace("passk", f"{sys.executable} -m experiments.cli", 1)
-    proc = subprocess.run(["bash", "-c", command], cwd=tmp_path, env=_env(PASSK_CACHE=str(passk_cache)),
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "-c", command],
+        cwd=tmp_path,
+        env=_env(PASSK_CACHE=str(passk_cache)),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     console = proc.stdout + proc.stderr
     assert proc.returncode == 0, console[-3000:]
     for i, method in enumerate(methods, 1):

@@ -376,9 +376,20 @@ def test_console_table(runs: list[Path]) -> None:
 
 
 def _demo_meta(method: str, steps: int) -> dict:
-    config = {"dataset": "learnable", "n_train": 2000, "n_eval": 30, "split_seed": 0, "style": "completion",
-              "warm_start_steps": 95, "learning_rate": 3e-4, "lr_scheduler_type": "constant_with_warmup",
-              "num_generations": 8, "max_completion_length": 16, "temperature": 1.0, "eval_temperature": 1.0}  # fmt: skip
+    config = {
+        "dataset": "learnable",
+        "n_train": 2000,
+        "n_eval": 30,
+        "split_seed": 0,
+        "style": "completion",
+        "warm_start_steps": 95,
+        "learning_rate": 3e-4,
+        "lr_scheduler_type": "constant_with_warmup",
+        "num_generations": 8,
+        "max_completion_length": 16,
+        "temperature": 1.0,
+        "eval_temperature": 1.0,
+    }
     budget = {
         "fresh_prompts": 320,
         "fresh_completions": 2560,
@@ -391,8 +402,10 @@ def _demo_meta(method: str, steps: int) -> dict:
 def test_report_says_what_was_trained_and_at_which_eval_temperature(tmp_path: Path) -> None:
     ev = _eval(AFTER_C, AFTER_G)
     ev["settings"] = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 16, "greedy": True}
-    dirs = [_write_run(tmp_path / m, m, 42, ev, ev, None, **_demo_meta(m, steps))
-            for m, steps in (("grpo", 40), ("ppo", 80))]  # fmt: skip
+    dirs = [
+        _write_run(tmp_path / m, m, 42, ev, ev, None, **_demo_meta(m, steps))
+        for m, steps in (("grpo", 40), ("ppo", 80))
+    ]
     text = write_report(dirs, tmp_path / "out").read_text()
     setup = text.split("## What was trained")[1].split("\n## ")[0]
     assert "learnable synthetic task (experiments.tasks), not HumanEval" in setup
@@ -459,8 +472,9 @@ def test_trl_rloo_is_left_out_of_the_zero_std_plot_and_the_report_says_why(tmp_p
     section = md.read_text().split("### Groups with zero reward variance")[1].split("###")[0]
     assert "rloo left out: TRL's RLOOTrainer subtracts its KL penalty" in section
     # Without a KL penalty its rewards are the unit-test rewards: drawn beside the others.
-    (tmp_path / "rloo" / "run.json").write_text(json.dumps({"method": "rloo", "seed": 0,
-                                                           "method_hparams": {"beta": 0.0}}))  # fmt: skip
+    (tmp_path / "rloo" / "run.json").write_text(
+        json.dumps({"method": "rloo", "seed": 0, "method_hparams": {"beta": 0.0}})
+    )
     report = build_report(dirs, tmp_path)
     assert [s["method"] for s in report["curves"]["frac_reward_zero_std"]["series"]] == ["grpo", "rloo"]
 
@@ -470,8 +484,10 @@ def test_model_size_is_counted_from_the_saved_weights_of_an_older_run(tmp_path: 
 
     ev = _eval(AFTER_C, AFTER_G)
     run = _write_run(tmp_path / "grpo", "grpo", 0, ev, ev, None)
-    save_file({"a": np.zeros((3, 4), dtype=np.float32), "b": np.zeros(5, dtype=np.float32)},
-              str(run / "model.safetensors"))  # fmt: skip
+    save_file(
+        {"a": np.zeros((3, 4), dtype=np.float32), "b": np.zeros(5, dtype=np.float32)},
+        str(run / "model.safetensors"),
+    )
     assert build_report([run], tmp_path)["setup"]["model_parameters"] == 17
 
 
@@ -493,8 +509,12 @@ def test_training_curves_are_drawn_against_the_fresh_prompts_every_method_shares
             for s in range(4)
         )
     )
-    shape = {"prompts_per_generation": 2, "steps_per_generation": 1, "num_iterations": 2,
-             "gradient_accumulation_steps": 1}  # fmt: skip
+    shape = {
+        "prompts_per_generation": 2,
+        "steps_per_generation": 1,
+        "num_iterations": 2,
+        "gradient_accumulation_steps": 1,
+    }
     ppo = _write_run(tmp_path / "ppo", "ppo", 0, ev, ev, history(8), budget=shape)
     report = build_report([grpo, ppo], tmp_path)
     reward = report["curves"]["reward"]
@@ -571,10 +591,17 @@ def test_coverage_curve_runs_from_pass_at_1_to_coverage_and_its_bands_hold_the_p
     n = 8
     before = _eval_n(list(rng.binomial(n, rng.uniform(0, 0.4, size=40))), n)
     dirs = [
-        _write_run(tmp_path / f"{m}-seed{s}", m, s, before,
-                   _eval_n(list(rng.binomial(n, rng.uniform(lo, hi, size=40))), n, seed=s), None)
-        for m, lo, hi in (("a", 0.0, 0.9), ("b", 0.3, 0.6)) for s in (0, 1)
-    ]  # fmt: skip
+        _write_run(
+            tmp_path / f"{m}-seed{s}",
+            m,
+            s,
+            before,
+            _eval_n(list(rng.binomial(n, rng.uniform(lo, hi, size=40))), n, seed=s),
+            None,
+        )
+        for m, lo, hi in (("a", 0.0, 0.9), ("b", 0.3, 0.6))
+        for s in (0, 1)
+    ]
     report = build_report(dirs, tmp_path)
     cov = report["coverage"]
     by_method = {e["method"]: e for e in report["methods"]}

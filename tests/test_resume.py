@@ -25,12 +25,39 @@ TIMING_KEYS = {"step_time", "train_runtime", "train_samples_per_second", "train_
 def _argv(method: str, model: str, out: Path, *extra: str) -> list[str]:
     config = Path(__file__).resolve().parent.parent / "experiments" / "configs" / "demo.yaml"
     return [
-        str(config), "--method", method, "--model", model, "--warm_start_steps", "0", "--budget_prompts", "0",
-        "--n_train", "64",
-        "--per_device_train_batch_size", "16", "--num_generations", "4", "--lr_scheduler_type", "constant",
-        "--eval_before", "false", "--eval_after", "false", "--eval_every_n_steps", "0", "--save_model", "false",
-        "--report_to", "none", "--disable_tqdm", "true", "--output_dir", str(out), *extra,
-    ]  # fmt: skip
+        str(config),
+        "--method",
+        method,
+        "--model",
+        model,
+        "--warm_start_steps",
+        "0",
+        "--budget_prompts",
+        "0",
+        "--n_train",
+        "64",
+        "--per_device_train_batch_size",
+        "16",
+        "--num_generations",
+        "4",
+        "--lr_scheduler_type",
+        "constant",
+        "--eval_before",
+        "false",
+        "--eval_after",
+        "false",
+        "--eval_every_n_steps",
+        "0",
+        "--save_model",
+        "false",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+        "--output_dir",
+        str(out),
+        *extra,
+    ]
 
 
 def _run_counting_generations(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> int:
@@ -163,8 +190,22 @@ def test_a_resumed_comparison_keeps_finished_runs_and_the_budget(
     finished run takes one step past max_steps, sampling past the budget. A run that trained to the end but lost
     its run.json (stopped in eval_after) is finished from its last checkpoint, without a step more."""
     out = tmp_path / "cmp"
-    args = ["compare", "cpu", "--methods", "grpo,reinforce", "--model", str(tiny_model_dir), "--budget_prompts", "4",
-            "--save_steps", "2", "--n_eval", "2", "--out", str(out)]  # fmt: skip
+    args = [
+        "compare",
+        "cpu",
+        "--methods",
+        "grpo,reinforce",
+        "--model",
+        str(tiny_model_dir),
+        "--budget_prompts",
+        "4",
+        "--save_steps",
+        "2",
+        "--n_eval",
+        "2",
+        "--out",
+        str(out),
+    ]
     first = _passk(args, passk_cache, tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     kept = (out / "reinforce" / "run.json").read_bytes()
@@ -182,12 +223,29 @@ def test_a_resumed_comparison_keeps_finished_runs_and_the_budget(
     assert (grpo["budget"]["fresh_prompts"], grpo["budget"]["generation_batches"]) == (4, 4)
     report = json.loads((out / "report.json").read_text())
     assert [(r["method"], r["fresh_prompts"], r["optimizer_steps"]) for r in report["runs"]] == [
-        ("grpo", 4, 4), ("reinforce", 4, 4)
-    ]  # fmt: skip
+        ("grpo", 4, 4),
+        ("reinforce", 4, 4),
+    ]
 
     # The same with passk train: a finished run resumes to nothing and says so.
-    train = _passk(["train", "cpu", "--method", "reinforce", "--model", str(tiny_model_dir), "--budget_prompts", "4",
-                    "--output_dir", str(out / "reinforce"), "--resume", "true"], passk_cache, tmp_path)  # fmt: skip
+    train = _passk(
+        [
+            "train",
+            "cpu",
+            "--method",
+            "reinforce",
+            "--model",
+            str(tiny_model_dir),
+            "--budget_prompts",
+            "4",
+            "--output_dir",
+            str(out / "reinforce"),
+            "--resume",
+            "true",
+        ],
+        passk_cache,
+        tmp_path,
+    )
     assert train.returncode == 0, train.stderr[-3000:]
     assert "already trained its 4 steps (run.json): nothing to resume" in train.stdout
     assert (out / "reinforce" / "run.json").read_bytes() == kept
@@ -220,9 +278,26 @@ def test_ctrl_c_in_a_comparison_saves_a_checkpoint_and_its_continue_command_fini
 
     (tmp_path / "slow_reward.py").write_text(COUNTING_SLOW_REWARD)
     out = tmp_path / "cmp"
-    args = ["compare", "cpu", "--methods", "grpo,reinforce", "--model", str(tiny_model_dir), "--budget_prompts", "8",
-            "--steps_per_generation", "2", "--save_steps", "100", "--n_eval", "0", "--reward_funcs",
-            "slow_reward.py:reward", "--out", str(out)]  # fmt: skip
+    args = [
+        "compare",
+        "cpu",
+        "--methods",
+        "grpo,reinforce",
+        "--model",
+        str(tiny_model_dir),
+        "--budget_prompts",
+        "8",
+        "--steps_per_generation",
+        "2",
+        "--save_steps",
+        "100",
+        "--n_eval",
+        "0",
+        "--reward_funcs",
+        "slow_reward.py:reward",
+        "--out",
+        str(out),
+    ]
     proc = _passk(args, passk_cache, tmp_path, background=True)
     try:
         deadline = time.monotonic() + 300
@@ -279,8 +354,10 @@ def test_ppo_with_lora_resumes_its_lora_critic(
     its checkpoint holds only the adapter and the head, and resuming from it equals an uninterrupted run."""
     lora = ["--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--learning_rate", "1e-2"]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    _run_counting_generations(monkeypatch, _argv("ppo", warm_task_model, straight, "--max_steps", "3",
-                                                 "--save_strategy", "no", *lora))  # fmt: skip
+    _run_counting_generations(
+        monkeypatch,
+        _argv("ppo", warm_task_model, straight, "--max_steps", "3", "--save_strategy", "no", *lora),
+    )
     save = ["--save_strategy", "steps", "--save_steps", "2", *lora]
     _run_counting_generations(monkeypatch, _argv("ppo", warm_task_model, resumed, "--max_steps", "2", *save))
     critic_dir = resumed / "checkpoint-2" / "critic"
@@ -311,15 +388,30 @@ def test_ppo_lora_critic_trains_only_its_adapter_and_head(tiny_model_dir: Path, 
     from experiments.trainers import build_config
     from experiments.trainers.ppo import PPOTrainer
 
-    args = build_config("ppo", output_dir=str(tmp_path), use_cpu=True, bf16=False, activation_checkpointing=False,
-                        report_to="none", save_strategy="no", disable_tqdm=True, per_device_train_batch_size=8,
-                        num_generations=4, max_completion_length=8, learning_rate=1e-2, max_steps=2,
-                        seed=0)  # fmt: skip
+    args = build_config(
+        "ppo",
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        activation_checkpointing=False,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=8,
+        learning_rate=1e-2,
+        max_steps=2,
+        seed=0,
+    )
     trainer = PPOTrainer(
-        model=str(tiny_model_dir), reward_funcs=[rewards.unit_test_reward], args=args,
-        train_dataset=train_rows(64), processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
+        model=str(tiny_model_dir),
+        reward_funcs=[rewards.unit_test_reward],
+        args=args,
+        train_dataset=train_rows(64),
+        processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"),
-    )  # fmt: skip
+    )
     critic = trainer.accelerator.unwrap_model(trainer.critic)
     trainable = {n for n, p in critic.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n or ".score." in n for n in trainable), sorted(trainable)

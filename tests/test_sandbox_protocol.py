@@ -34,8 +34,17 @@ def test_the_task_keys_the_owner_sends_are_documented():
 
 def test_the_result_keys_are_results_fields_and_documented():
     fields = {f.name for f in dataclasses.fields(Result)}
-    result_keys = {"status", "asserts_passed", "asserts_total", "duration", "stdout", "stderr", "message", "flags",
-                   "cases"}  # fmt: skip
+    result_keys = {
+        "status",
+        "asserts_passed",
+        "asserts_total",
+        "duration",
+        "stdout",
+        "stderr",
+        "message",
+        "flags",
+        "cases",
+    }
     for key in sorted(result_keys):
         assert key in fields and f"`{key}`" in PROTOCOL, key
     assert fields - {"passed"} == result_keys

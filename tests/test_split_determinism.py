@@ -20,10 +20,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # HumanEval, the default split (50 train / 30 eval / the rest held out, split_seed 0).
 HUMANEVAL_PINNED = {
-    "HumanEval/1": "train", "HumanEval/2": "train", "HumanEval/14": "train",
-    "HumanEval/26": "eval", "HumanEval/39": "eval", "HumanEval/54": "eval",
-    "HumanEval/0": "heldout", "HumanEval/3": "heldout", "HumanEval/5": "heldout",
-}  # fmt: skip
+    "HumanEval/1": "train",
+    "HumanEval/2": "train",
+    "HumanEval/14": "train",
+    "HumanEval/26": "eval",
+    "HumanEval/39": "eval",
+    "HumanEval/54": "eval",
+    "HumanEval/0": "heldout",
+    "HumanEval/3": "heldout",
+    "HumanEval/5": "heldout",
+}
 # The learnable task's family split: problem -> held out?
 TASK_PINNED = [
     (Problem("min", "m", "f", 10), "min({a}, 10)", True),
@@ -86,8 +92,9 @@ def test_splits_agree_across_processes_with_different_hash_seeds(humaneval, hash
     outs = []
     for hash_seed in hash_seeds:
         env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-        proc = subprocess.run([sys.executable, "-c", SNAPSHOT], env=env, capture_output=True, text=True,
-                              timeout=300, cwd=ROOT)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", SNAPSHOT], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
         outs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     assert outs[0] == outs[1] == here

@@ -101,8 +101,9 @@ def _uneven_problems(n_problems: int = 40, seed: int = 0, shift: int = 0) -> lis
 
 def _to_eval(problems: list[ProblemResult], seed: int = 0) -> dict:
     passk, greedy, avg = summarize(problems, ks=(1, N), seed=seed)
-    return EvalResult(passk, greedy, avg, len(problems), N, [1, N], 100, 1.0, 1.0, problems,
-                      settings={"seed": seed}).to_dict()  # fmt: skip
+    return EvalResult(
+        passk, greedy, avg, len(problems), N, [1, N], 100, 1.0, 1.0, problems, settings={"seed": seed}
+    ).to_dict()
 
 
 def _pass1(problems: list[ProblemResult]) -> np.ndarray:
@@ -387,8 +388,9 @@ def test_evaluate_model_reads_greedy_from_the_greedy_completion(tiny_model_dir: 
         {p: ids(g) for p, (_, g) in zip(prompts, plan)},
         tok.pad_token_id,
     )
-    res = evaluate_model(model, tok, rows, n_samples=3, ks=(1, 3), max_new_tokens=64, batch_size=2,
-                         progress=False)  # fmt: skip
+    res = evaluate_model(
+        model, tok, rows, n_samples=3, ks=(1, 3), max_new_tokens=64, batch_size=2, progress=False
+    )
     assert [p.correct for p in res.problems] == [1, 0, 2]
     assert [p.greedy_passed for p in res.problems] == [False, True, False]
     assert [p.first_sample_passed for p in res.problems] == [True, False, False]

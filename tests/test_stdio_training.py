@@ -35,8 +35,20 @@ def solutions() -> dict[tuple[str, str], str]:
 
 
 def _exp(fmt: str, *extra: str):
-    return parse_config([str(CPU_CONFIG), "--method", "grpo", "--dataset", str(_file(fmt)), "--n_train", "6",
-                         "--n_eval", "2", *extra])  # fmt: skip
+    return parse_config(
+        [
+            str(CPU_CONFIG),
+            "--method",
+            "grpo",
+            "--dataset",
+            str(_file(fmt)),
+            "--n_train",
+            "6",
+            "--n_eval",
+            "2",
+            *extra,
+        ]
+    )
 
 
 def _chat(program: str) -> list[dict[str, str]]:
@@ -69,10 +81,20 @@ def test_a_file_in_no_format_fails_in_one_line_naming_its_columns(tmp_path: Path
 def test_a_row_without_cases_or_statement_is_named(tmp_path: Path) -> None:
     io = json.dumps({"inputs": ["1\n"], "outputs": ["1\n"]})
     no_cases = tmp_path / "no_cases.jsonl"
-    no_cases.write_text("\n".join(json.dumps(r) for r in [
-        {"problem_id": "p0", "question": "echo", "input_output": io},
-        {"problem_id": "p1", "question": "echo", "input_output": json.dumps({"inputs": [], "outputs": []})},
-    ]) + "\n")  # fmt: skip
+    no_cases.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"problem_id": "p0", "question": "echo", "input_output": io},
+                {
+                    "problem_id": "p1",
+                    "question": "echo",
+                    "input_output": json.dumps({"inputs": [], "outputs": []}),
+                },
+            ]
+        )
+        + "\n"
+    )
     with pytest.raises(DataError, match=r"row 1 \(task_id 'p1'\) has no test case"):
         load_problems(no_cases)
     no_statement = tmp_path / "no_statement.jsonl"
@@ -151,8 +173,9 @@ def test_evaluation_scores_stdio_rows_with_the_stdio_reward(kind, expected, solu
             return [0]
 
     monkeypatch.setattr(evaluation, "_generate", generate)
-    result = evaluation.evaluate_model(Model(), Tokenizer(), rows, n_samples=2, ks=(1, 2), style="chat",
-                                       n_bootstrap=10, progress=False)  # fmt: skip
+    result = evaluation.evaluate_model(
+        Model(), Tokenizer(), rows, n_samples=2, ks=(1, 2), style="chat", n_bootstrap=10, progress=False
+    )
     assert result.num_problems == 8
     assert result.pass_at_k["pass@1"].value == expected and result.greedy_pass_at_1.value == expected
 
@@ -165,8 +188,9 @@ def test_evaluation_scores_stdio_rows_with_the_stdio_reward(kind, expected, solu
         for m in first["prompt"]
     ]
     rows = rows.map(lambda row, i: {"prompt": prompt} if i == 0 else {}, with_indices=True)
-    result = evaluation.evaluate_model(Model(), Tokenizer(), rows, n_samples=2, ks=(1, 2), style="chat",
-                                       n_bootstrap=10, progress=False)  # fmt: skip
+    result = evaluation.evaluate_model(
+        Model(), Tokenizer(), rows, n_samples=2, ks=(1, 2), style="chat", n_bootstrap=10, progress=False
+    )
     assert result.num_problems == 7 and result.settings["unscored_all_cases_shown"] == [first["task_id"]]
     assert result.pass_at_k["pass@1"].value == expected
 
@@ -179,9 +203,26 @@ def test_passk_train_runs_end_to_end_on_each_format(fmt: str, style: str, tmp_pa
     from experiments.cli import main
 
     out = tmp_path / "run"
-    argv = ["train", str(CPU_CONFIG), "--method", "grpo", "--dataset", str(_file(fmt)), "--n_train", "6",
-            "--n_eval", "2", "--budget_prompts", "2", "--style", style, "--report_to", "none",
-            "--output_dir", str(out)]  # fmt: skip
+    argv = [
+        "train",
+        str(CPU_CONFIG),
+        "--method",
+        "grpo",
+        "--dataset",
+        str(_file(fmt)),
+        "--n_train",
+        "6",
+        "--n_eval",
+        "2",
+        "--budget_prompts",
+        "2",
+        "--style",
+        style,
+        "--report_to",
+        "none",
+        "--output_dir",
+        str(out),
+    ]
     assert main(argv) == 0
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     steps = [h for h in history if "rewards/stdio_test_reward/mean" in h]

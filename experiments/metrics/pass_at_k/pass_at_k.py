@@ -84,8 +84,17 @@ class PassAtK(evaluate.Metric):
             reference_urls=["https://arxiv.org/abs/2107.03374"],
         )
 
-    def _compute(self, predictions, references, k=(1, 10), entry_point=None, timeout=3.0, memory_mb=1024,
-                 num_workers=None, trusted_code=None):  # fmt: skip
+    def _compute(
+        self,
+        predictions,
+        references,
+        k=(1, 10),
+        entry_point=None,
+        timeout=3.0,
+        memory_mb=1024,
+        num_workers=None,
+        trusted_code=None,
+    ):
         import sandbox  # lazy: evaluate checks only top-level imports when it loads this file
 
         if isinstance(entry_point, str) or entry_point is None:
