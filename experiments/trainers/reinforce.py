@@ -284,7 +284,7 @@ class ReinforceTrainer(GRPOSeamsMixin, GRPOTrainer):
 
         # 3. Advantages: reward minus baseline, over the global batch, laid out group by group.
         if args.baseline == "none":
-            advantages = batch_baseline_advantages(rewards)
+            advantages = torch.nan_to_num(rewards, nan=0.0)
         elif args.baseline == "batch_mean":
             advantages = batch_baseline_advantages(rewards)
             if args.normalize_advantages:

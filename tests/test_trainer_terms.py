@@ -1,0 +1,614 @@
+"""Each term of passk's trainers where it is not zero, against a hand computation on tiny fabricated tensors.
+
+A term checked only where it vanishes (a KL at pi = pi_ref, a temperature of 1, a discount of 1, a padded
+position that is also the last real token, an option in its default combination) survives a sign flip or a
+dropped factor. Here every completion has its own length (so padding and the last real token differ), padded
+positions hold garbage that must be masked out, and every option combination a method's config allows is run:
+the estimators directly, and the trainers' seams (`_generate_and_score_completions` after GRPOTrainer's part,
+`_compute_loss`) on trainer objects built without a model, their model calls replaced by fixed tensors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from types import SimpleNamespace
+
+import pytest
+import torch
+from trl import GRPOTrainer
+
+from experiments.trainers import PKPOTrainer, PPOConfig, PPOTrainer, ReinforceTrainer
+from experiments.trainers.estimators import (
+    clipped_value_loss,
+    explained_variance,
+    group_baseline_advantages,
+    masked_gae,
+    masked_var,
+    normalize_rollout_advantages,
+    pkpo_advantages,
+    policy_gradient_loss,
+    ppo_clip_loss,
+    rloo_advantages,
+)
+from experiments.trainers.sampling import SampledLogprobs, check_logprob_temperature
+from experiments.trainers.seams import GRPOSeamsMixin
+
+# Three completions of lengths 3, 2 and 4 in a (3, 4) batch; padding holds large garbage values.
+MASK = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.float32)
+LENGTHS = [3, 2, 4]
+GARBAGE = 7.0
+
+
+def _padded(rows: list[list[float]]) -> torch.Tensor:
+    """A (3, 4) tensor from each row's valid values, padded with GARBAGE."""
+    return torch.tensor([r + [GARBAGE] * (4 - len(r)) for r in rows], dtype=torch.float64)
+
+
+def _hand_gae(rewards: list[float], values: list[float], gamma: float, lam: float) -> list[float]:
+    """GAE of one episode, written out: delta_t = r_t + gamma V_{t+1} - V_t, A_t = delta_t + gamma lam A_{t+1}."""
+    n = len(rewards)
+    adv = [0.0] * n
+    for t in reversed(range(n)):
+        next_v = values[t + 1] if t + 1 < n else 0.0
+        next_a = adv[t + 1] if t + 1 < n else 0.0
+        adv[t] = rewards[t] + gamma * next_v - values[t] + gamma * lam * next_a
+    return adv
+
+
+# ---- estimators ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("gamma, lam", [(0.9, 0.8), (0.5, 0.0), (1.0, 0.7), (0.8, 1.0)])
+def test_gae_with_discount_and_lambda_over_rows_of_different_lengths(gamma: float, lam: float) -> None:
+    r = [[0.1, -0.2, 1.0], [0.3, 0.5], [-0.1, 0.0, 0.2, 2.0]]
+    v = [[0.4, 0.2, -0.3], [1.0, -0.5], [0.2, 0.6, -0.1, 0.3]]
+    adv, ret = masked_gae(_padded(r), _padded(v), MASK.double(), gamma, lam)
+    for i, n in enumerate(LENGTHS):
+        want = _hand_gae(r[i], v[i], gamma, lam)
+        assert adv[i, :n].tolist() == pytest.approx(want, abs=1e-12)
+        assert ret[i, :n].tolist() == pytest.approx([a + b for a, b in zip(want, v[i])], abs=1e-12)
+        assert adv[i, n:].abs().sum() == 0 and ret[i, n:].abs().sum() == 0
+
+
+def test_ppo_clip_loss_asymmetric_range_weights_and_padding() -> None:
+    logp = torch.tensor([[0.5, -0.5, 0.05, GARBAGE]])
+    old = torch.zeros(1, 4)
+    adv = torch.tensor([[1.0, -1.0, 2.0, GARBAGE]])
+    weights = torch.tensor([[0.5, 2.0, 1.5, GARBAGE]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    loss, stats = ppo_clip_loss(logp, old, adv, mask, epsilon_low=0.1, epsilon_high=0.3, weights=weights)
+    # ratio e^0.5 = 1.65 > 1.3 with A > 0: clipped to 1.3. ratio e^-0.5 = 0.61 < 0.9 with A < 0: clipped to 0.9
+    # (min(-0.61, -0.9) = -0.9). ratio e^0.05 inside: unclipped.
+    terms = [0.5 * 1.3 * 1.0, 2.0 * 0.9 * -1.0, 1.5 * math.exp(0.05) * 2.0]
+    assert loss.item() == pytest.approx(-sum(terms) / 3, rel=1e-6)
+    assert stats["clipfrac"].item() == pytest.approx(2 / 3)
+    r = [math.exp(0.5), math.exp(-0.5), math.exp(0.05)]
+    assert stats["approx_kl"].item() == pytest.approx(sum((x - 1) - math.log(x) for x in r) / 3, rel=1e-5)
+
+
+def test_clipped_value_loss_with_a_wide_clip_and_padding() -> None:
+    values = torch.tensor([[1.0, -0.2, 0.3, GARBAGE]])
+    old = torch.tensor([[0.0, 0.0, 0.0, GARBAGE]])
+    returns = torch.tensor([[2.0, 1.0, 0.25, GARBAGE]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    loss, frac = clipped_value_loss(values, old, returns, mask, clip=0.5)
+    # 1.0 clips to 0.5: max((1-2)^2, (0.5-2)^2) = 2.25; -0.2 inside: 1.44; 0.3 inside: 0.0025.
+    assert loss.item() == pytest.approx(0.5 * (2.25 + 1.44 + 0.0025) / 3, rel=1e-6)
+    assert frac.item() == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize("mode", ["whiten", "center", "none"])
+@pytest.mark.parametrize("rewards_vary", [True, False])
+def test_rollout_normalisation_with_padding_and_two_processes(mode: str, rewards_vary: bool) -> None:
+    a = _padded([[1.0, 2.0, 4.0], [-1.0, 3.0], [0.5, 0.0, 2.0, 1.0]])
+    valid = [x for i, n in enumerate(LENGTHS) for x in a[i, :n].tolist()]
+    mean = sum(valid) / len(valid)
+    var = sum((x - mean) ** 2 for x in valid) / (len(valid) - 1)
+    out, stats = normalize_rollout_advantages(a, MASK.double(), mode, rewards_vary)
+    # The same rollout split over two processes, summed by all_sum, gives the same statistics.
+    halves = [(a[:1], MASK[:1].double()), (a[1:], MASK[1:].double())]
+    calls = []
+
+    def all_sum_for(index: int):
+        def all_sum(t: torch.Tensor) -> torch.Tensor:
+            calls.append(t)
+            other = halves[1 - index]
+            # The other process's contribution to the same reduction, recomputed here.
+            if t.dim() == 1:
+                return t + torch.stack([(other[0] * other[1]).sum(), other[1].sum()])
+            return t + ((other[0] - mean) ** 2 * other[1]).sum()
+
+        return all_sum
+
+    part, part_stats = normalize_rollout_advantages(*halves[0], mode, rewards_vary, all_sum=all_sum_for(0))
+    for i, n in enumerate(LENGTHS):
+        row = a[i, :n].tolist()
+        if mode == "none":
+            want = row
+        elif not rewards_vary:
+            want = [0.0] * n
+        elif mode == "center":
+            want = [x - mean for x in row]
+        else:
+            want = [(x - mean) / math.sqrt(var + 1e-8) for x in row]
+        assert out[i, :n].tolist() == pytest.approx(want, abs=1e-12)
+        assert out[i, n:].abs().sum() == 0
+    assert torch.allclose(out[:1], part, atol=1e-12, rtol=0)
+    assert stats["mean"].item() == pytest.approx(mean) and part_stats["mean"].item() == pytest.approx(mean)
+    assert stats["std"].item() == pytest.approx(math.sqrt(var))
+    divisor = {"none": 1.0, "center": 1.0, "whiten": math.sqrt(var + 1e-8)}[mode]
+    if mode != "none" and not rewards_vary:
+        divisor = 0.0
+    assert stats["divisor"].item() == pytest.approx(divisor)
+
+
+def test_masked_var_biased_and_explained_variance_with_a_mask() -> None:
+    x = torch.tensor([[1.0, 2.0, GARBAGE], [4.0, GARBAGE, GARBAGE]])
+    m = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    assert masked_var(x, m, unbiased=False).item() == pytest.approx(14 / 9)
+    assert masked_var(x, m).item() == pytest.approx(7 / 3)
+    values = torch.tensor([[1.5, 1.0, -GARBAGE], [3.0, GARBAGE, 0.0]])
+    # R - V on the valid entries: -0.5, 1.0, 1.0; var 0.75 over var(R) 7/3.
+    assert explained_variance(values, x, m) == pytest.approx(1 - 0.75 / (7 / 3))
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_group_baselines_with_an_unscorable_completion(normalize: bool) -> None:
+    r = torch.tensor([1.0, 0.0, float("nan"), 0.5, 0.0, 1.0, 1.0, 0.25])
+    groups = [[1.0, 0.0, None, 0.5], [0.0, 1.0, 1.0, 0.25]]
+
+    def whiten(adv: list[float | None]) -> list[float]:
+        got = [a for a in adv if a is not None]
+        m = sum(got) / len(got)
+        s = math.sqrt(sum((a - m) ** 2 for a in got) / (len(got) - 1))
+        return [0.0 if a is None else ((a - m) / (s + 1e-8) if s > 1e-8 else a) for a in adv]
+
+    mean_want, loo_want = [], []
+    for g in groups:
+        got = [x for x in g if x is not None]
+        mean_adv = [None if x is None else x - sum(got) / len(got) for x in g]
+        loo_adv = [None if x is None else x - (sum(got) - x) / (len(got) - 1) for x in g]
+        if normalize:
+            mean_adv, loo_adv = whiten(mean_adv), whiten(loo_adv)
+        mean_want += [0.0 if a is None else a for a in mean_adv]
+        loo_want += [0.0 if a is None else a for a in loo_adv]
+    assert group_baseline_advantages(r, 4, normalize).tolist() == pytest.approx(mean_want, abs=1e-6)
+    assert rloo_advantages(r, 4, normalize).tolist() == pytest.approx(loo_want, abs=1e-6)
+
+
+def test_policy_gradient_loss_per_token_advantages_mask_and_token_count() -> None:
+    logp = torch.tensor([[-1.0, -2.0, GARBAGE], [-0.5, GARBAGE, GARBAGE]], requires_grad=True)
+    adv = torch.tensor([[1.0, 2.0, GARBAGE], [-3.0, GARBAGE, GARBAGE]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    per_seq = [1.0 * -1.0 + 2.0 * -2.0, -3.0 * -0.5]
+    assert policy_gradient_loss(logp, adv, mask).item() == pytest.approx(-sum(per_seq) / 2)
+    loss = policy_gradient_loss(logp, adv, mask, num_tokens=3.0)
+    assert loss.item() == pytest.approx(-sum(per_seq) / 3)
+    loss.backward()
+    assert logp.grad.flatten().tolist() == pytest.approx([-1 / 3, -2 / 3, 0.0, 1.0, 0.0, 0.0])
+
+
+# ---- the sampling recorder and the seams ----------------------------------------------------------------------
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0])
+def test_sampled_logprobs_at_a_temperature_with_rows_of_different_lengths(temperature: float) -> None:
+    torch.manual_seed(0)
+    scores = [torch.randn(2, 5) for _ in range(3)]
+    completion = torch.tensor([[3, 1, 0], [4, 0, 0]])  # row 2 ends after one token; 0 is the pad token
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    rec = SampledLogprobs(temperature)
+    prompt = torch.tensor([[9], [9]])
+    for step, s in enumerate(scores):
+        ids = torch.cat([prompt, completion[:, :step]], dim=1)
+        assert rec(ids, s) is s  # the scores go on to generate unchanged
+    got = rec.per_token_logps(completion, mask)
+    want = torch.stack(
+        [torch.log_softmax(s / temperature, -1).gather(1, completion[:, t : t + 1]).squeeze(1)
+         for t, s in enumerate(scores)], dim=1,
+    )  # fmt: skip
+    assert torch.allclose(got, want)
+    # A recording of other tokens (at a real position) does not describe the completion.
+    other = completion.clone()
+    other[0, 1] = 2
+    assert rec.per_token_logps(other, mask) is None
+    # A different token at a padded position is fine: padding is not checked.
+    padded = completion.clone()
+    padded[1, 1] = 2
+    assert rec.per_token_logps(padded, mask) is not None
+
+
+def test_logprob_temperature_reads_the_config_else_the_sampling_temperature() -> None:
+    seams = GRPOSeamsMixin()
+    seams.temperature = 0.8
+    seams.args = SimpleNamespace(logprob_temperature=None)
+    assert seams._logprob_temperature() == 0.8
+    seams.args = SimpleNamespace(logprob_temperature=1.5)
+    assert seams._logprob_temperature() == 1.5
+    seams.args = SimpleNamespace()  # a config without the field (GRPO's)
+    assert seams._logprob_temperature() == 0.8
+
+
+@pytest.mark.parametrize("t, use_vllm, correction, raises", [
+    (None, True, True, False), (0.8, True, True, False), (1.0, True, True, True), (1.0, False, True, False),
+    (1.0, True, False, False),
+])  # fmt: skip
+def test_check_logprob_temperature_combinations(t, use_vllm, correction, raises) -> None:
+    args = SimpleNamespace(logprob_temperature=t, temperature=0.8, use_vllm=use_vllm,
+                           vllm_importance_sampling_correction=correction)  # fmt: skip
+    if raises:
+        with pytest.raises(ValueError, match="^logprob_temperature"):
+            check_logprob_temperature(args)
+    else:
+        check_logprob_temperature(args)
+
+
+def test_loss_mask_drops_tool_tokens_and_rollout_bookkeeping() -> None:
+    batch = {"completion_mask": torch.tensor([[1, 1, 1, 0]]), "tool_mask": torch.tensor([[1, 0, 1, 1]])}
+    assert GRPOSeamsMixin._loss_mask(batch).tolist() == [[1, 0, 1, 0]]
+    assert GRPOSeamsMixin._loss_mask({"completion_mask": batch["completion_mask"]}).tolist() == [[1, 1, 1, 0]]
+    seams = GRPOSeamsMixin()
+    seams.args = SimpleNamespace(steps_per_generation=2, gradient_accumulation_steps=4)
+    seams.use_vllm, seams.vllm_importance_sampling_correction = False, True
+    assert not seams._trl_computes_old_logps(2)  # 4 micro-steps per generation, one optimizer step of 4
+    assert seams._trl_computes_old_logps(3)  # 6 micro-steps: the later ones are off-policy
+    seams.use_vllm = True
+    assert seams._trl_computes_old_logps(2)
+    seams._buffered_inputs, seams.num_iterations = [1], 2
+    seams._step = 4
+    assert not seams._inside_rollout()
+    seams._step = 5
+    assert seams._inside_rollout()
+
+
+# ---- fabricated trainers ----------------------------------------------------------------------------------------
+class _Accelerator:
+    process_index = 0
+    num_processes = 1
+
+    @staticmethod
+    def reduce(t: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
+        return t
+
+    @staticmethod
+    def gather(t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    @staticmethod
+    def unwrap_model(m):
+        return m
+
+    @staticmethod
+    def backward(loss: torch.Tensor) -> None:
+        loss.backward()
+
+
+def _fabricated(cls: type, training: bool = True, **attrs):
+    trainer = object.__new__(cls)
+    trainer.model = SimpleNamespace(training=training)
+    trainer.accelerator = _Accelerator()
+    trainer._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+    trainer._logs = {"advantages": []}
+    trainer._sampling_recorder = None
+    trainer.reward_weights = torch.tensor([1.0, 0.5])
+    for key, value in attrs.items():
+        setattr(trainer, key, value)
+    return trainer
+
+
+def _rollout(monkeypatch: pytest.MonkeyPatch, out: dict) -> None:
+    """GRPOTrainer's part of `_generate_and_score_completions` replaced by a fixed batch."""
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", lambda self, inputs: dict(out))
+
+
+# Four completions, two prompts of two; per function rewards (weights 1 and 0.5); the third is unscorable in
+# training, so its group's baselines use one completion.
+REWARDS_PER_FUNC = torch.tensor([[1.0, 0.0], [0.0, 1.0], [float("nan"), float("nan")], [0.5, 1.0]])
+SCALAR = [1.0, 0.5, float("nan"), 1.0]
+MASK4 = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]])
+OLD = torch.tensor([[-1.0, -0.5, -2.0, GARBAGE], [-0.2, -0.3, GARBAGE, GARBAGE],
+                    [-1.0, -1.0, -1.0, -1.0], [-0.7, GARBAGE, GARBAGE, GARBAGE]])  # fmt: skip
+REF = torch.tensor([[-1.5, -0.5, -1.0, -GARBAGE], [-0.4, -0.1, -GARBAGE, 0.0],
+                    [-1.0, -2.0, -0.5, -1.0], [-0.2, 0.0, 0.0, 0.0]])  # fmt: skip
+
+
+def _batch() -> dict:
+    return {
+        "completion_ids": torch.ones(4, 4, dtype=torch.long),
+        "completion_mask": MASK4.clone(),
+        "old_per_token_logps": OLD.clone(),
+        "ref_per_token_logps": REF.clone(),
+    }
+
+
+def _kl_sums() -> list[float]:
+    return [float(((OLD[i] - REF[i]) * MASK4[i]).sum()) for i in range(4)]
+
+
+def _reinforce_args(**kw) -> SimpleNamespace:
+    base = {"kl_coef": 0.0, "baseline": "batch_mean", "normalize_advantages": False,
+            "loss_normalization": "sequence", "steps_per_generation": 1}  # fmt: skip
+    return SimpleNamespace(**(base | kw))
+
+
+def _hand_reinforce(rewards: list[float], baseline: str, normalize: bool, group: int) -> list[float]:
+    valid = [i for i, r in enumerate(rewards) if not math.isnan(r)]
+    if baseline == "none":
+        return [0.0 if math.isnan(r) else r for r in rewards]
+    if baseline == "batch_mean":
+        m = sum(rewards[i] for i in valid) / len(valid)
+        adv = [0.0 if math.isnan(r) else r - m for r in rewards]
+        if normalize:
+            am = sum(adv[i] for i in valid) / len(valid)
+            var = sum((adv[i] - am) ** 2 for i in valid) / (len(valid) - 1)
+            adv = [0.0 if i not in valid else (a - am) / math.sqrt(var + 1e-8) for i, a in enumerate(adv)]
+        return adv
+    flat = torch.tensor(rewards)
+    fn = group_baseline_advantages if baseline == "group_mean" else rloo_advantages
+    return fn(flat, group, normalize).tolist()
+
+
+@pytest.mark.parametrize("kl_coef", [0.0, 0.3])
+@pytest.mark.parametrize("baseline, normalize", [("none", False), ("batch_mean", False), ("batch_mean", True),
+                                                 ("group_mean", False), ("group_mean", True), ("rloo", False),
+                                                 ("rloo", True)])  # fmt: skip
+def test_reinforce_advantages_with_the_kl_penalty_and_each_baseline(
+    monkeypatch: pytest.MonkeyPatch, kl_coef: float, baseline: str, normalize: bool
+) -> None:
+    _rollout(monkeypatch, _batch())
+    trainer = _fabricated(ReinforceTrainer, num_generations=2, num_generations_eval=4,
+                          args=_reinforce_args(kl_coef=kl_coef, baseline=baseline, normalize_advantages=normalize),
+                          _last_rewards_per_func=REWARDS_PER_FUNC.clone())  # fmt: skip
+    out = trainer._generate_and_score_completions([{}] * 4)
+    shaped = [r - kl_coef * k for r, k in zip(SCALAR, _kl_sums())]
+    want = _hand_reinforce(shaped, baseline, normalize, group=2)
+    assert out["advantages"].tolist() == pytest.approx(want, abs=1e-5)
+    assert trainer._logs["advantages"] == pytest.approx(want, abs=1e-5)
+    metrics = trainer._metrics["train"]
+    if kl_coef:
+        kl_mean = sum(_kl_sums()) / float(MASK4.sum())
+        assert metrics["kl"] == pytest.approx([kl_mean])
+        penalties = [kl_coef * k for k in _kl_sums()]
+        assert metrics["reinforce/kl_penalty"] == pytest.approx([sum(penalties) / 4])
+    else:
+        assert "kl" not in metrics
+
+
+def test_reinforce_eval_groups_use_the_eval_group_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    _rollout(monkeypatch, _batch())
+    trainer = _fabricated(ReinforceTrainer, training=False, num_generations=2, num_generations_eval=4,
+                          args=_reinforce_args(baseline="rloo"), _last_rewards_per_func=REWARDS_PER_FUNC.clone())  # fmt: skip
+    out = trainer._generate_and_score_completions([{}] * 4)
+    assert out["advantages"].tolist() == pytest.approx(rloo_advantages(torch.tensor(SCALAR), 4).tolist())
+    assert trainer._metrics["eval"]["reinforce/advantage_mean"] and not trainer._metrics["train"]
+
+
+LOGP = torch.tensor([[-1.0, -0.5, -2.0, GARBAGE], [-0.2, -0.3, GARBAGE, GARBAGE],
+                     [-0.1, -0.4, -1.0, -0.6], [-0.7, GARBAGE, GARBAGE, GARBAGE]])  # fmt: skip
+ADV = torch.tensor([1.0, -0.5, 0.0, 2.0])
+
+
+@pytest.mark.parametrize("normalization", ["sequence", "token"])
+@pytest.mark.parametrize("off_policy", [False, True])
+@pytest.mark.parametrize("training", [True, False])
+def test_reinforce_loss_with_each_normalisation_and_off_policy_weights(
+    normalization: str, off_policy: bool, training: bool
+) -> None:
+    logp = LOGP.clone().requires_grad_(True)
+    old = LOGP - torch.tensor([[0.1, -0.2, 0.3, GARBAGE]] * 4)
+    trainer = _fabricated(ReinforceTrainer, training=training, current_gradient_accumulation_steps=2,
+                          args=_reinforce_args(loss_normalization=normalization, steps_per_generation=4))  # fmt: skip
+    trainer._completion_logps = lambda model, inputs, compute_entropy=False: (
+        logp,
+        torch.full_like(logp, 0.25),
+    )
+    inputs = {
+        "completion_mask": MASK4.clone(),
+        "advantages": ADV.clone(),
+        "num_items_in_batch": torch.tensor(20.0),
+    }
+    if off_policy:
+        inputs["old_per_token_logps"] = old
+        inputs["importance_sampling_ratio"] = torch.full_like(logp, 0.5)
+    loss = trainer._compute_loss(None, inputs)
+    w = torch.exp(LOGP - old) * 0.5 if off_policy else torch.ones_like(LOGP)
+    m = MASK4.float()
+    total = -(ADV[:, None] * LOGP * w * m).sum().item()
+    ga = 2 if training else 1
+    if normalization == "token":
+        # Training: the generation batch's tokens over one accumulation window; eval: the batch's own tokens.
+        tokens = 20.0 * ga / 4 if training else 20.0
+        want, grad_scale = total / tokens, 1 / tokens
+    else:
+        want = total / 4 / ga
+        grad_scale = 1 / 4 / ga
+    assert loss.item() == pytest.approx(want, rel=1e-6)
+    loss.backward()  # the weights are detached: d loss / d log pi = -A w / N
+    assert torch.allclose(logp.grad, -(ADV[:, None] * w * m) * grad_scale, atol=1e-7, rtol=0)
+    assert trainer._metrics["train" if training else "eval"]["entropy"] == pytest.approx([0.25])
+
+
+# ---- PPO ------------------------------------------------------------------------------------------------------
+VALUES = torch.tensor([[0.2, -0.1, 0.4, GARBAGE], [0.5, 0.3, GARBAGE, GARBAGE],
+                       [0.0, 0.1, 0.2, 0.3], [-0.4, GARBAGE, GARBAGE, GARBAGE]])  # fmt: skip
+
+
+def _ppo_args(**kw) -> SimpleNamespace:
+    base = {"kl_coef": 0.0, "gamma": 1.0, "lam": 1.0, "advantage_normalization": "whiten",
+            "steps_per_generation": 1, "gradient_accumulation_steps": 1, "per_device_train_batch_size": 4,
+            "per_device_eval_batch_size": 4, "vf_coef": 0.1, "cliprange_value": 0.2, "entropy_coef": 0.0,
+            "critic_warmup_steps": 0}  # fmt: skip
+    return SimpleNamespace(**(base | kw))
+
+
+def _ppo(training: bool = True, rewards_per_func: torch.Tensor = REWARDS_PER_FUNC, **args) -> PPOTrainer:
+    trainer = _fabricated(
+        PPOTrainer, training=training, args=_ppo_args(**args), num_iterations=1, use_vllm=False,
+        vllm_importance_sampling_correction=False, use_transformers_continuous_batching=False,
+        repetition_penalty=1.0, critic=None, _last_rewards_per_func=rewards_per_func.clone(),
+        state=SimpleNamespace(global_step=0), epsilon_low=0.2, epsilon_high=0.2,
+        current_gradient_accumulation_steps=1,
+    )  # fmt: skip
+    return trainer
+
+
+@pytest.mark.parametrize("kl_coef", [0.0, 0.25])
+@pytest.mark.parametrize("gamma, lam", [(1.0, 1.0), (0.9, 0.7)])
+@pytest.mark.parametrize("mode", ["whiten", "center", "none"])
+def test_ppo_rollout_rewards_gae_and_normalisation(
+    monkeypatch: pytest.MonkeyPatch, kl_coef: float, gamma: float, lam: float, mode: str
+) -> None:
+    _rollout(monkeypatch, _batch())
+    trainer = _ppo(kl_coef=kl_coef, gamma=gamma, lam=lam, advantage_normalization=mode)
+    seen = []
+    trainer._critic_values = lambda critic, batch, batch_size=None: seen.append(batch_size) or VALUES.clone()
+    out = trainer._generate_and_score_completions([{}] * 4)
+    assert seen == [4]
+    lengths = [3, 2, 0, 1]  # the unscorable third completion is out of the loss
+    raw, all_adv = [], []
+    for i, n in enumerate(lengths):
+        r = [-kl_coef * float(OLD[i, t] - REF[i, t]) for t in range(n)]
+        if n:
+            r[-1] += SCALAR[i]
+        v = VALUES[i, :n].tolist()
+        a = _hand_gae(r, v, gamma, lam)
+        raw.append(a)
+        all_adv += a
+        assert out["returns"][i, :n].tolist() == pytest.approx([x + y for x, y in zip(a, v)], abs=1e-6)
+        assert out["old_values"][i, :n].tolist() == pytest.approx(v)
+        assert out["old_values"][i, n:].abs().sum() == 0 and out["returns"][i, n:].abs().sum() == 0
+    mean = sum(all_adv) / len(all_adv)
+    std = math.sqrt(sum((a - mean) ** 2 for a in all_adv) / (len(all_adv) - 1))
+    for i, n in enumerate(lengths):
+        want = {"none": raw[i], "center": [a - mean for a in raw[i]],
+                "whiten": [(a - mean) / math.sqrt(std**2 + 1e-8) for a in raw[i]]}[mode]  # fmt: skip
+        assert out["advantages"][i, :n].tolist() == pytest.approx(want, abs=1e-5)
+        assert out["advantages"][i, n:].abs().sum() == 0
+    assert out["scorable"].tolist() == [True, True, False, True]
+    metrics = trainer._metrics["train"]
+    assert metrics["ppo/adv_raw_mean"] == pytest.approx([mean], abs=1e-6)
+    assert metrics["ppo/no_reward_variance"] == [0.0]
+    if kl_coef:
+        kl = [sum(float(OLD[i, t] - REF[i, t]) for t in range(n)) for i, n in enumerate(lengths)]
+        assert metrics["kl"] == pytest.approx([sum(kl) / sum(lengths)])
+        assert metrics["ppo/kl_penalty"] == pytest.approx([kl_coef * sum(kl) / 4])
+
+
+def test_ppo_rollout_without_reward_variance_zeroes_the_advantages(monkeypatch: pytest.MonkeyPatch) -> None:
+    _rollout(monkeypatch, _batch())
+    flat = torch.tensor([[1.0, 0.0]] * 4)
+    for mode, zeroed in (("whiten", True), ("center", True), ("none", False)):
+        trainer = _ppo(kl_coef=0.1, advantage_normalization=mode, rewards_per_func=flat)
+        trainer._critic_values = lambda critic, batch, batch_size=None: VALUES.clone()
+        out = trainer._generate_and_score_completions([{}] * 4)
+        assert (out["advantages"].abs().sum() == 0) == zeroed
+        assert trainer._metrics["train"]["ppo/no_reward_variance"] == [1.0]
+
+
+def test_ppo_eval_rollout_reads_values_in_eval_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    _rollout(monkeypatch, _batch())
+    trainer = _ppo(training=False, per_device_eval_batch_size=3)
+    seen = []
+    trainer._critic_values = lambda critic, batch, batch_size=None: seen.append(batch_size) or VALUES.clone()
+    trainer._generate_and_score_completions([{}] * 4)
+    assert seen == [3] and trainer._metrics["eval"]["ppo/value_mean"]
+
+
+@pytest.mark.parametrize("vf_coef, ent_coef, clip", [(0.1, 0.0, 0.2), (0.5, 0.01, 0.05), (2.0, 0.3, 1.0)])
+@pytest.mark.parametrize("training", [True, False])
+def test_ppo_loss_terms_with_nonzero_coefficients(vf_coef: float, ent_coef: float, clip: float,
+                                                  training: bool) -> None:  # fmt: skip
+    mask = MASK4.float()
+    values = torch.tensor([[0.5, -0.3, 0.1, GARBAGE], [0.2, 0.9, GARBAGE, GARBAGE],
+                           [0.0, 0.0, 0.0, 0.0], [1.2, GARBAGE, GARBAGE, GARBAGE]], requires_grad=True)  # fmt: skip
+    old_values = torch.tensor([[0.3, 0.0, 0.1, 0.0], [0.2, 0.1, 0.0, 0.0], [0.0] * 4, [0.1, 0.0, 0.0, 0.0]])
+    returns = torch.tensor([[1.0, -1.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0] * 4, [2.0, 0.0, 0.0, 0.0]])
+    adv = torch.tensor([[1.0, -1.0, 0.5, GARBAGE], [2.0, -0.5, GARBAGE, GARBAGE],
+                        [1.0] * 4, [-1.0, GARBAGE, GARBAGE, GARBAGE]])  # fmt: skip
+    logp = LOGP.clone().requires_grad_(True)
+    old = LOGP - torch.tensor(
+        [[0.5, -0.5, 0.05, 0.0], [0.0, 0.3, 0.0, 0.0], [0.0] * 4, [-0.4, 0.0, 0.0, 0.0]]
+    )
+    entropies = torch.tensor([[1.0, 2.0, 3.0, GARBAGE], [0.5, 0.5, GARBAGE, GARBAGE],
+                              [9.0] * 4, [4.0, GARBAGE, GARBAGE, GARBAGE]])  # fmt: skip
+    trainer = _ppo(training=training, vf_coef=vf_coef, entropy_coef=ent_coef, cliprange_value=clip)
+    trainer.current_gradient_accumulation_steps = 2
+    trainer._critic_values = lambda critic, batch, batch_size=None: values
+    trainer._completion_logps = lambda model, inputs, compute_entropy=False: (logp, entropies)
+    inputs = {"completion_mask": MASK4.clone(), "scorable": torch.tensor([True, True, False, True]),
+              "old_values": old_values, "returns": returns, "advantages": adv, "old_per_token_logps": old}  # fmt: skip
+    loss = trainer._compute_loss(None, inputs)
+    m = mask * torch.tensor([1.0, 1.0, 0.0, 1.0])[:, None]
+    n = m.sum()
+    # Hand values of each term over the 6 counted tokens.
+    v_clipped = old_values + (values.detach() - old_values).clamp(-clip, clip)
+    vf = 0.5 * (torch.max((values.detach() - returns) ** 2, (v_clipped - returns) ** 2) * m).sum() / n
+    ratio = torch.exp(LOGP - old)
+    pg = (-torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv) * m).sum() / n
+    ent = (entropies * m).sum() / n
+    normalizer = 2 if training else 1
+    assert loss.item() == pytest.approx(((pg + vf_coef * vf - ent_coef * ent) / normalizer).item(), rel=1e-5)
+    metrics = trainer._metrics["train" if training else "eval"]
+    assert metrics["ppo/vf_loss"] == pytest.approx([vf.item()], rel=1e-5)
+    assert metrics["ppo/policy_loss"] == pytest.approx([pg.item()], rel=1e-5)
+    assert metrics["entropy"] == pytest.approx([ent.item()], rel=1e-5)
+    if training:  # the value loss was backpropagated inside: its gradient carries vf_coef / accumulation
+        grad = torch.where((values.detach() - returns) ** 2 >= (v_clipped - returns) ** 2,
+                           values.detach() - returns, torch.zeros_like(returns)) * m / n  # fmt: skip
+        assert torch.allclose(values.grad, vf_coef * grad / normalizer, atol=1e-6, rtol=0)
+
+
+def test_ppo_critic_warmup_trains_only_the_critic() -> None:
+    values = torch.tensor([[0.5, 0.0, 0.0, 0.0]] * 4, requires_grad=True)
+    zeros = torch.zeros(4, 4)
+    trainer = _ppo(vf_coef=0.5, critic_warmup_steps=2)
+    trainer.current_gradient_accumulation_steps = 2
+    trainer.state.global_step = 1
+    trainer._critic_values = lambda critic, batch, batch_size=None: values
+
+    def no_policy(*a, **k):
+        raise AssertionError("the policy's forward pass runs during the critic warm-up")
+
+    trainer._completion_logps = no_policy
+    inputs = {"completion_mask": MASK4.clone(), "scorable": torch.ones(4, dtype=torch.bool),
+              "old_values": zeros, "returns": zeros, "advantages": zeros}  # fmt: skip
+    loss = trainer._compute_loss(None, inputs)
+    # 0.5 * mean over the 10 tokens of V^2 (0.25 on the 4 first tokens), weighted 0.5, over 2 micro-steps.
+    assert loss.item() == pytest.approx(0.5 * 0.5 * (4 * 0.25) / 10 / 2)
+    assert trainer._metrics["train"]["ppo/critic_warmup"] == [1.0]
+    trainer.state.global_step = 2  # the warm-up is over
+    trainer._completion_logps = lambda model, inputs, compute_entropy=False: (
+        zeros.clone().requires_grad_(),
+        zeros,
+    )
+    trainer._compute_loss(None, inputs)
+    assert trainer._metrics["train"]["ppo/critic_warmup"] == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("rollouts, spg, epochs, ga, steps", [(0, 4, 2, 1, 0), (1, 4, 2, 1, 8), (2, 4, 2, 2, 8),
+                                                              (3, 2, 1, 2, 3), (1, 6, 1, 3, 2)])  # fmt: skip
+def test_critic_warmup_steps_are_whole_rollouts(tmp_path, rollouts, spg, epochs, ga, steps) -> None:
+    cfg = PPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", num_generations=2,
+                    per_device_train_batch_size=2, gradient_accumulation_steps=ga, steps_per_generation=spg,
+                    num_iterations=epochs, critic_warmup_rollouts=rollouts)  # fmt: skip
+    assert cfg.critic_warmup_steps == steps
+
+
+def test_critic_warmup_must_end_on_an_optimizer_step(tmp_path) -> None:
+    with pytest.raises(ValueError, match="^critic_warmup_rollouts:"):
+        PPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", num_generations=2,
+                  per_device_train_batch_size=2, gradient_accumulation_steps=2, steps_per_generation=3,
+                  num_iterations=1, critic_warmup_rollouts=1)  # fmt: skip
+
+
+# ---- PKPO -----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("training, k", [(True, 2), (True, 1), (False, 3)])
+def test_pkpo_advantages_per_group_and_the_eval_group_size(
+    monkeypatch: pytest.MonkeyPatch, training, k
+) -> None:
+    per_func = torch.tensor([[1.0, 0.0], [0.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+    _rollout(monkeypatch, _batch())
+    trainer = _fabricated(PKPOTrainer, training=training, num_generations=2, num_generations_eval=4,
+                          args=SimpleNamespace(pkpo_k=k), _last_rewards_per_func=per_func)  # fmt: skip
+    out = trainer._generate_and_score_completions([{}] * 4)
+    scalar = torch.tensor([1.0, 0.0, 1.5, 0.5])
+    group, kk = (2, min(k, 2)) if training else (4, min(k, 4))
+    assert out["advantages"].tolist() == pytest.approx(pkpo_advantages(scalar, group, kk).tolist())
+    assert trainer._logs["advantages"] == pytest.approx(out["advantages"].tolist())
