@@ -441,6 +441,21 @@ def test_a_one_space_indent_continues_the_prompt() -> None:
     assert ex.ok and ex.style == "completion" and ex.code == "def f():\n return 1\n"
 
 
+def test_only_the_assistant_role_is_read() -> None:
+    turns = [
+        {"role": "assistant", "content": "a"},
+        {"role": "ai", "content": "b"},
+        {"role": "agent", "content": "c"},
+    ]
+    assert completion_text(turns) == "a"
+
+
+def test_only_the_entry_points_own_name_counts() -> None:
+    stub_then_other = "def add(a, b):\n    pass\n\n\ndef a():\n    return 1\n"
+    ex = extract_code(None, chat(fenced(stub_then_other)), "add")
+    assert ex.ok and not has_implemented_function(ex, "add")
+
+
 # ---- properties (last: the slowest) ----
 
 

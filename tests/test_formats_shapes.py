@@ -602,6 +602,17 @@ def test_the_tests_are_immutable_values() -> None:
             setattr(tests, field, ())
 
 
+def test_a_needles_ends_are_read_each_on_its_own_side() -> None:
+    assert _find("x(a_", "(a_") == 1  # punctuation first: nothing before it glues
+    assert _find("1(x", "1(") == 0  # punctuation last: nothing after it glues
+    assert _find("_(x", "_(") == 0
+
+
+def test_the_output_may_follow_the_input_at_once_after_normalizing() -> None:
+    assert shown_cases(StdioTests((("1", "(2)"),)), "1 (2)") == (True,)  # "1(2)" once normalized
+    assert shown_cases(CallTests("f", (((3,), [4, 5]),)), "3 [4, 5]") == (True,)
+
+
 # ---- properties (last: the slowest) ----
 
 

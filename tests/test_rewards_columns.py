@@ -538,3 +538,28 @@ def test_every_factory_defaults_to_three_seconds_and_a_gigabyte(monkeypatch: pyt
         make_stdio_partial_reward,
     ):
         assert make().sandbox_kwargs() == {"timeout": 3.0, "memory_mb": 1024}, make.__name__
+
+
+def test_the_function_rewards_take_their_name_by_keyword_and_trls_keywords() -> None:
+    from rewards.code_rewards import UnitTestReward
+
+    assert UnitTestReward(name="mine").__name__ == "mine"
+    with pytest.raises(TypeError):
+        UnitTestReward("mine", 5.0)
+    judge = Judge()
+    reward = make_unit_test_reward(sandbox=judge)
+    out = asyncio.run(
+        reward(
+            prompts=["def f():\n"],
+            completions=["    return 1\n"],
+            test=["def check(c): pass"],
+            entry_point=["f"],
+        )
+    )
+    assert out == [1.0] and judge.tasks[0]["program"] == "def f():\n    return 1\n"
+
+
+def test_a_local_world_of_zero_is_one_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    for value in ("0", "-2"):
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", value)
+        assert _workers_per_local_process() is None
