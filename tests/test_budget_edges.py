@@ -340,6 +340,14 @@ def test_derive_max_steps_is_a_whole_number_of_steps() -> None:
     assert steps == 4 and isinstance(steps, int)
 
 
+def test_the_log_reads_from_the_class_or_an_instance(tmp_path: Path) -> None:
+    trainer = Trainer(group=2)
+    log = SampleLog(trainer)
+    feed(trainer, ["a", "a"], [1, 2])
+    log.write(tmp_path / "log.jsonl")
+    assert log.read(tmp_path / "log.jsonl") == SampleLog.read(tmp_path / "log.jsonl") == log.generations
+
+
 # ---- properties (last: the slowest) ----
 
 

@@ -456,6 +456,30 @@ def test_only_the_entry_points_own_name_counts() -> None:
     assert ex.ok and not has_implemented_function(ex, "add")
 
 
+def test_completion_style_from_a_config_file_reads_fences_as_text() -> None:
+    completion_style = "".join(["comple", "tion"])  # built at run time, as a YAML-read value is
+    ex = extract_code(PROMPT, fenced(GOOD), "add", style=completion_style)
+    assert (
+        ex.style == "completion"
+        and ex.code == extract_code(PROMPT, fenced(GOOD), "add", style="completion").code
+    )
+
+
+def test_a_closing_fence_after_a_badly_dedented_line_still_closes() -> None:
+    prompt = "def f():\n    x = 1\n"
+    ex = extract_code(prompt, "  y = 2\n```\nSome prose.", "f")  # tokenize: unindent does not match
+    assert ex.rules == ("closing_fence",) and ex.code == prompt + "  y = 2\n"
+
+
+def test_an_extraction_is_an_immutable_value() -> None:
+    import dataclasses
+
+    ex = extract_code(PROMPT, chat(fenced(GOOD)), "add")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ex.code = ""
+    assert hash(ex) == hash(extract_code(PROMPT, chat(fenced(GOOD)), "add"))
+
+
 # ---- properties (last: the slowest) ----
 
 
