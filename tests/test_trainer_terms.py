@@ -256,6 +256,8 @@ def test_loss_mask_drops_tool_tokens_and_rollout_bookkeeping() -> None:
     assert not seams._inside_rollout()
     seams._step = 5
     assert seams._inside_rollout()
+    seams._step = 6  # the second of the two optimizer steps' worth of the same rollout, not a new rollout
+    assert seams._inside_rollout()
 
 
 # ---- fabricated trainers ----------------------------------------------------------------------------------------
@@ -599,16 +601,19 @@ def test_critic_warmup_must_end_on_an_optimizer_step(tmp_path) -> None:
 
 
 # ---- PKPO -----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("training, k", [(True, 2), (True, 1), (False, 3)])
+@pytest.mark.parametrize(
+    "training, k, group, eval_group", [(True, 2, 2, 4), (True, 1, 2, 4), (False, 3, 2, 4), (False, 3, 4, 2)]
+)
 def test_pkpo_advantages_per_group_and_the_eval_group_size(
-    monkeypatch: pytest.MonkeyPatch, training, k
+    monkeypatch: pytest.MonkeyPatch, training: bool, k: int, group: int, eval_group: int
 ) -> None:
+    """k is capped by the group size in use: an eval group may be smaller than the training one."""
     per_func = torch.tensor([[1.0, 0.0], [0.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
     _rollout(monkeypatch, _batch())
-    trainer = _fabricated(PKPOTrainer, training=training, num_generations=2, num_generations_eval=4,
+    trainer = _fabricated(PKPOTrainer, training=training, num_generations=group, num_generations_eval=eval_group,
                           args=SimpleNamespace(pkpo_k=k), _last_rewards_per_func=per_func)  # fmt: skip
     out = trainer._generate_and_score_completions([{}] * 4)
     scalar = torch.tensor([1.0, 0.0, 1.5, 0.5])
-    group, kk = (2, min(k, 2)) if training else (4, min(k, 4))
-    assert out["advantages"].tolist() == pytest.approx(pkpo_advantages(scalar, group, kk).tolist())
+    size = group if training else eval_group
+    assert out["advantages"].tolist() == pytest.approx(pkpo_advantages(scalar, size, min(k, size)).tolist())
     assert trainer._logs["advantages"] == pytest.approx(out["advantages"].tolist())
