@@ -480,6 +480,14 @@ def test_an_extraction_is_an_immutable_value() -> None:
     assert hash(ex) == hash(extract_code(PROMPT, chat(fenced(GOOD)), "add"))
 
 
+def test_roles_and_reasons_read_from_data_compare_by_value() -> None:
+    from rewards.extraction import Extraction
+
+    role = "".join(["assis", "tant"])  # a role decoded from JSON is not the interned literal
+    assert completion_text([{"role": role, "content": "x"}, {"role": "user", "content": "y"}]) == "x"
+    assert Extraction(GOOD, "".join(["o", "k"]), "chat").ok
+
+
 # ---- properties (last: the slowest) ----
 
 

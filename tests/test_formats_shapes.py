@@ -613,6 +613,16 @@ def test_the_output_may_follow_the_input_at_once_after_normalizing() -> None:
     assert shown_cases(CallTests("f", (((3,), [4, 5]),)), "3 [4, 5]") == (True,)
 
 
+def test_read_tests_takes_the_format_by_keyword_and_the_splits_only_by_keyword() -> None:
+    row = {
+        "public_tests": {"input": ["1"], "output": ["2"]},
+        "private_tests": {"input": ["3"], "output": ["4"]},
+    }
+    assert read_tests(row, format="code_contests", splits=("private_tests",)) == StdioTests((("3", "4"),))
+    with pytest.raises(TypeError):
+        read_tests(row, "code_contests", ("private_tests",))
+
+
 # ---- properties (last: the slowest) ----
 
 

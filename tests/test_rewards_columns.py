@@ -563,3 +563,25 @@ def test_a_local_world_of_zero_is_one_process(monkeypatch: pytest.MonkeyPatch) -
     for value in ("0", "-2"):
         monkeypatch.setenv("LOCAL_WORLD_SIZE", value)
         assert _workers_per_local_process() is None
+
+
+def test_settings_and_statuses_built_at_run_time_compare_by_value() -> None:
+    from rewards.code_rewards import HIDDEN_SPLITS
+
+    assert make_stdio_test_reward(tests="".join(["hid", "den"])).splits == HIDDEN_SPLITS
+    assert fraction_passed(result("".join(["pass", "ed"]), 0, 0)) == 1.0
+    assert make_format_reward(name="mine").__name__ == "mine"
+
+
+def test_too_many_values_or_results_are_errors_too() -> None:
+    with pytest.raises(ValueError, match=r"column 'x' has 3 values for 2 completions"):
+        _column(["a", "b", "c"], 2, "x")
+
+    class Long(Judge):
+        def run_batch(self, tasks):
+            out = super().run_batch(tasks)
+            return out + out[:1]
+
+    with pytest.raises(RuntimeError, match=r"sandbox returned 2 results for 1 tasks"):
+        make_stdio_test_reward(sandbox=Long()).score(completions=[RIGHT], input_output=[APPS_IO])
+    assert fraction_passed(result("failed", -1, -2)) == 0.0  # a negative total earns nothing
