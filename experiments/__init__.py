@@ -6,9 +6,12 @@ One job per module, lowest layer first (tests/test_layering.py checks that no mo
 - `experiments.tasks`: the learnable synthetic task's data (problems, rows, the family split).
 - `experiments.data`: HumanEval loading, the reproducible train/eval/held-out split, trainer rows, a config's rows.
 - `experiments.models`: the tiny offline Qwen2, SmolLM2 from its wheel, `resolve_model`, the one model loader.
-- `experiments.evaluation`: pass@k, greedy and first-sample pass@1, bootstrap intervals, the eval callback.
+- `experiments.stats`: pass@k, bootstrap intervals, Holm, the result containers (numpy only).
+- `experiments.evaluation`: generation and scoring for pass@k and greedy pass@1, the eval callback.
 - `experiments.trainers`: `METHODS`, one trainer and config per method on GRPOTrainer's seams.
-- `experiments.budget`, `experiments.config`: the sampling budget; the YAML + command-line config.
+- `experiments.budget`, `experiments.config`: the sampling budget; the config's schema (`ExperimentArgs`).
+- `experiments.argv`, `experiments.validation`: the YAML file and the command line read into the config; every
+  check before a model loads.
 - `experiments.warm_start`, `experiments.task_recipe`: the task's model and supervised warm start; its RL recipe
   and the measurement of learning.
 - `experiments.reward_funcs`, `experiments.run_record`, `experiments.train`: the reward callables a config names;
