@@ -623,6 +623,12 @@ def test_read_tests_takes_the_format_by_keyword_and_the_splits_only_by_keyword()
         read_tests(row, "code_contests", ("private_tests",))
 
 
+def test_long_rows_and_long_prompts() -> None:
+    assert len(read_tests(io_row(["1\n"] * 300, ["1\n"] * 300)).cases) == 300
+    assert _find("x" * 300 + " 5", "5") == 301  # a needle at the very end of a long text
+    assert _find("a(1", "(1") == 1  # punctuation first, a digit last: nothing before it glues
+
+
 # ---- properties (last: the slowest) ----
 
 

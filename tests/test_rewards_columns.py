@@ -585,3 +585,8 @@ def test_too_many_values_or_results_are_errors_too() -> None:
     with pytest.raises(RuntimeError, match=r"sandbox returned 2 results for 1 tasks"):
         make_stdio_test_reward(sandbox=Long()).score(completions=[RIGHT], input_output=[APPS_IO])
     assert fraction_passed(result("failed", -1, -2)) == 0.0  # a negative total earns nothing
+
+
+def test_the_format_reward_scores_a_stub_zero() -> None:
+    stub = "```python\ndef f():\n    pass\n```"
+    assert make_format_reward().score(completions=[stub], entry_point=["f"]) == [0.0]
