@@ -174,44 +174,56 @@ def _forked_run(item, tree: Path, tests: list[str], timeout: float):
     the heavy third-party modules once: the child imports the mutated module (and the package) afresh from
     disk, and no bytecode is written, so no stale .pyc is read. Same verdicts, a fraction of the start-up."""
     import cosmic_ray.plugins
-    from cosmic_ray.mutating import _make_diff, use_mutation
+    from cosmic_ray.mutating import use_mutation
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
 
     m = item.mutations[0]
     operator = cosmic_ray.plugins.get_operator(m.operator_name)(**(getattr(m, "operator_args", None) or {}))
-    with use_mutation(tree / m.module_path, operator, m.occurrence) as (original, mutated):
-        if mutated is None:
-            return WorkResult(worker_outcome=WorkerOutcome.NO_TEST)
-        pid = os.fork()
-        if pid == 0:  # the child: run the tests, report by exit status only
-            rc = 1
-            try:
-                os.chdir(tree)
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, 1)
-                os.dup2(devnull, 2)
-                import pytest
-
-                args = ["-x", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--assert=plain", *tests]
-                rc = int(pytest.main(args))
-            finally:
-                os._exit(rc)
-        deadline = time.time() + timeout
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            if time.time() > deadline:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-                return WorkResult(worker_outcome=WorkerOutcome.ABNORMAL, output="timeout")
-            time.sleep(0.02)
-        rc = os.waitstatus_to_exitcode(status)
-        diff = "\n".join(_make_diff(original, mutated, Path(m.module_path)))
-        outcome = TestOutcome.SURVIVED if rc == 0 else TestOutcome.KILLED
+    try:
+        with use_mutation(tree / m.module_path, operator, m.occurrence) as (original, mutated):
+            return _forked_test(m, original, mutated, tree, tests, timeout)
+    except Exception as e:  # an operator that cannot mutate this node (a cosmic-ray bug)
         return WorkResult(
-            output=f"exit {rc}", diff=diff, test_outcome=outcome, worker_outcome=WorkerOutcome.NORMAL
+            output=repr(e), test_outcome=TestOutcome.INCOMPETENT, worker_outcome=WorkerOutcome.EXCEPTION
         )
+
+
+def _forked_test(m, original: str, mutated: str | None, tree: Path, tests: list[str], timeout: float):
+    from cosmic_ray.mutating import _make_diff
+    from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
+
+    if mutated is None:
+        return WorkResult(worker_outcome=WorkerOutcome.NO_TEST)
+    pid = os.fork()
+    if pid == 0:  # the child: run the tests, report by exit status only
+        rc = 1
+        try:
+            os.chdir(tree)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            import pytest
+
+            args = ["-x", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--assert=plain", *tests]
+            rc = int(pytest.main(args))
+        finally:
+            os._exit(rc)
+    deadline = time.time() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.time() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            return WorkResult(worker_outcome=WorkerOutcome.ABNORMAL, output="timeout")
+        time.sleep(0.02)
+    rc = os.waitstatus_to_exitcode(status)
+    diff = "\n".join(_make_diff(original, mutated, Path(m.module_path)))
+    outcome = TestOutcome.SURVIVED if rc == 0 else TestOutcome.KILLED
+    return WorkResult(
+        output=f"exit {rc}", diff=diff, test_outcome=outcome, worker_outcome=WorkerOutcome.NORMAL
+    )
 
 
 def run_module(
@@ -268,7 +280,7 @@ def run_module(
         chosen = {k for k, _ in random.Random(seed).sample(pool, min(sample, len(pool)))}
     k, n = part  # part k of n: every n-th of the chosen keys in sorted order, from the k-th
     chosen = set(sorted(chosen)[k - 1 :: n])
-    survivors, killed, timeouts, n_run = [], 0, 0, 0
+    survivors, killed, timeouts, n_run, incompetent = [], 0, 0, 0, []
     t0 = time.time()
     for path, r in results.items():
         keep = {item.job_id for k, item in r["candidates"] if k in chosen}
@@ -292,8 +304,11 @@ def run_module(
             for item, result in db.completed_work_items:
                 if item.job_id not in keep:
                     continue
-                n_run += 1
                 m = item.mutations[0]
+                if result.worker_outcome in (WorkerOutcome.EXCEPTION, WorkerOutcome.NO_TEST):  # not applied
+                    incompetent.append(spec_key(m))
+                    continue
+                n_run += 1
                 if result.worker_outcome == WorkerOutcome.ABNORMAL:  # the tests hung: cosmic-ray's timeout
                     timeouts += 1
                     killed += 1
@@ -317,7 +332,8 @@ def run_module(
         "part": f"{k}/{n}",
         "sampled": n_run,
         "killed": killed,
-        "equivalent": n_equivalent,  # survivors no test can tell from the original (never counted as killed)
+        "equivalent": n_equivalent,
+        "incompetent": incompetent,  # mutants cosmic-ray could not apply: not run, not counted  # survivors no test can tell from the original (never counted as killed)
         "score_non_equivalent": killed / (n_run - n_equivalent) if n_run > n_equivalent else None,
         "timeouts": timeouts,
         "survived": len(survivors),
