@@ -181,3 +181,91 @@ def test_paired_interval_p_value_and_holm() -> None:
     assert bootstrap_p_value([-1.0, 0.0, 1.0, 2.0]) == pytest.approx(min(1.0, 2 * 3 / 5))
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert holm([0.5, 0.4]) == pytest.approx([0.8, 0.8])
+
+
+# ---- the report over eval JSONs: rows or not, one seed or several, greedy or not --------------------------------
+def _eval_json(correct: list[int], n: int, ks: list[int], greedy: bool, rows: bool) -> dict:
+    problems = [
+        _problem(f"t{i}", [1.0] * c + [0.0] * (n - c), (c > 1) if greedy else None)
+        for i, c in enumerate(correct)
+    ]
+    data = _result(problems, ks).to_dict()
+    if not rows:
+        data.pop("problems")
+    return data
+
+
+BEFORE = [0, 1, 3]
+AFTER = {0: [1, 2, 3], 1: [0, 3, 3]}
+
+
+@pytest.mark.parametrize("rows", [True, False])
+@pytest.mark.parametrize("seeds", [[0], [0, 1]])
+@pytest.mark.parametrize("greedy", [False, True])
+def test_report_metrics_for_each_combination(tmp_path, rows: bool, seeds: list[int], greedy: bool) -> None:
+    import json
+
+    from experiments.report import build_report
+
+    n, ks = 3, [1, 3]
+    dirs = []
+    for s in seeds:
+        run = tmp_path / f"run{s}"
+        run.mkdir()
+        (run / "run.json").write_text(json.dumps({"method": "grpo", "seed": s}))
+        (run / "eval_before.json").write_text(json.dumps(_eval_json(BEFORE, n, ks, greedy, rows)))
+        (run / "eval_after.json").write_text(json.dumps(_eval_json(AFTER[s], n, ks, greedy, rows)))
+        dirs.append(run)
+    report = build_report(dirs, tmp_path)
+    assert report["headline_k"] == 3
+    (method,) = report["methods"]
+    assert (method["k"], method["n"], method["num_problems"]) == (3, 3, 3)
+
+    def per_seed(correct: list[int]) -> dict[str, float]:
+        out = {"pass@1": sum(correct) / 9, "pass@3": sum(c > 0 for c in correct) / 3,
+               "first_sample_pass@1": sum(c > 0 for c in correct) / 3, "avg_reward": sum(correct) / 9}  # fmt: skip
+        if greedy:
+            out["greedy_pass@1"] = sum(c > 1 for c in correct) / 3
+        return out
+
+    want_after = [per_seed(AFTER[s]) for s in seeds]
+    want_before = per_seed(BEFORE)
+    assert sorted(method["after"]) == sorted(want_after[0])
+    for name in want_after[0]:
+        est = method["after"][name]
+        values = [w[name] for w in want_after]
+        assert est["value"] == pytest.approx(sum(values) / len(values), abs=1e-6), name
+        assert [p["value"] for p in est["per_seed"]] == pytest.approx(values, abs=1e-6)
+        assert est["n_seeds"] == len(seeds)
+        if len(seeds) > 1:
+            assert est["seed_sd"] == pytest.approx(float(np.std(values, ddof=1)), abs=1e-6)
+            assert est["seed_range"] == pytest.approx([min(values), max(values)], abs=1e-6)
+        else:
+            assert "seed_sd" not in est
+        if rows or len(seeds) == 1:
+            assert est["ci"][0] <= est["value"] + 1e-9 and est["value"] <= est["ci"][1] + 1e-9
+        else:
+            assert est["ci"] is None  # several seeds without per-problem rows: no interval to pool
+        assert method["before"][name]["value"] == pytest.approx(want_before[name], abs=1e-6)
+        assert method["delta"][name] == pytest.approx(est["value"] - want_before[name], abs=1e-6)
+
+
+def test_report_of_pass_at_1_only_and_of_rows_without_first_sample_passed(tmp_path) -> None:
+    """eval_ks [1]: no headline k above 1. An older eval's rows lack `first_sample_passed`: read off rewards[0]."""
+    import json
+
+    from experiments.report import build_report
+
+    rewards = [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0]]
+    data = _result([_problem(f"t{i}", r, None) for i, r in enumerate(rewards)], [1]).to_dict()
+    for row in data["problems"]:
+        del row["first_sample_passed"]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"method": "grpo", "seed": 0}))
+    (run / "eval_after.json").write_text(json.dumps(data))
+    report = build_report([run], tmp_path)
+    assert report["headline_k"] is None
+    (method,) = report["methods"]
+    assert method["after"]["first_sample_pass@1"]["value"] == pytest.approx(2 / 3, abs=1e-6)
+    assert method["after"]["pass@1"]["value"] == pytest.approx(4 / 9, abs=1e-6)
