@@ -1,7 +1,7 @@
 """The words of a verdict, in one home: task statuses, per-case verdicts, flags, and how a stdin/stdout case's
 output is compared with the expected one.
 
-The owner (``executor.py``), the judge (``_zygote.py``, which imports this file by path, so it stays
+The owner (``executor.py``), the judge (``_zygote/stdio_judge.py``, which imports this file by name, so it stays
 stdlib-only and imports nothing of the package) and the rewards (``rewards.metrics``) all read these names
 from here. ``docs/contracts.md`` describes the frame format and the task and result keys.
 

@@ -33,12 +33,39 @@ def varied_reward(completions, **kwargs) -> list[float]:
 
 def _argv(method: str, model: str, out: Path, *extra: str) -> list[str]:
     return [
-        str(REPO / "experiments" / "configs" / "cpu.yaml"), "--method", method, "--model", model,
-        "--dataset", "learnable", "--n_train", "16", "--n_eval", "0", "--num_generations", "2",
-        "--per_device_train_batch_size", "4", "--max_completion_length", "8", "--learning_rate", "1e-3",
-        "--budget_prompts", str(BUDGET_PROMPTS), "--reward_funcs", f"{Path(__file__).resolve()}:varied_reward",
-        "--save_strategy", "no", "--report_to", "none", "--disable_tqdm", "true", "--output_dir", str(out), *extra,
-    ]  # fmt: skip
+        str(REPO / "experiments" / "configs" / "cpu.yaml"),
+        "--method",
+        method,
+        "--model",
+        model,
+        "--dataset",
+        "learnable",
+        "--n_train",
+        "16",
+        "--n_eval",
+        "0",
+        "--num_generations",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+        "--max_completion_length",
+        "8",
+        "--learning_rate",
+        "1e-3",
+        "--budget_prompts",
+        str(BUDGET_PROMPTS),
+        "--reward_funcs",
+        f"{Path(__file__).resolve()}:varied_reward",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+        "--output_dir",
+        str(out),
+        *extra,
+    ]
 
 
 def _read(run_dir: Path) -> dict:
@@ -164,8 +191,13 @@ def test_the_seed_schedule_is_what_every_method_samples(tmp_path: Path, tiny_mod
 
 
 def _shape(**kwargs) -> SimpleNamespace:
-    base = {"num_generations": 2, "generation_batch_size": 2, "steps_per_generation": 1, "num_iterations": 1,
-            "gradient_accumulation_steps": 1}  # fmt: skip
+    base = {
+        "num_generations": 2,
+        "generation_batch_size": 2,
+        "steps_per_generation": 1,
+        "num_iterations": 1,
+        "gradient_accumulation_steps": 1,
+    }
     return SimpleNamespace(**(base | kwargs))
 
 
@@ -249,8 +281,21 @@ def test_the_models_sampling_is_applied_in_training_and_evaluation(
     from experiments.train import run
 
     out = tmp_path / "run"
-    argv = _argv("reinforce_kl", str(model_with_sampling_defaults), out, "--model_generation_config", "true",
-                 "--budget_prompts", "2", "--n_eval", "2", "--eval_n", "2", "--eval_ks", "1")  # fmt: skip
+    argv = _argv(
+        "reinforce_kl",
+        str(model_with_sampling_defaults),
+        out,
+        "--model_generation_config",
+        "true",
+        "--budget_prompts",
+        "2",
+        "--n_eval",
+        "2",
+        "--eval_n",
+        "2",
+        "--eval_ks",
+        "1",
+    )
     exp, cfg = parse_config(argv)
     run(exp, cfg)
     record = json.loads((out / "run.json").read_text())
