@@ -328,13 +328,19 @@ def _from_code(code: str, code_prompt: str | None, entry_point: str | None, styl
         return Extraction("", "no_code", style, code)
     first = _first_code_line(code)
     indented = first is not None and first[:1].isspace()
+    trailing_cut = False
     if indented:
+        # A body followed by flush-left code (the model's own calls or asserts after it) ends there, as a
+        # completion ends at its first top-level statement; left whole, no margin would come off the body.
+        head, top_level = _split_at_top_level(code)
+        if top_level.strip() and _parses("def _f():\n" + textwrap.indent(textwrap.dedent(head), "    ")):
+            code, trailing_cut = head, True
         # Either a function body, or a whole block nested in a markdown list. (textwrap.dedent would also
         # blank whitespace-only lines, so it only runs when there is a margin to remove.)
         code = textwrap.dedent(code)
     if _defines(code, entry_point):
         clean = _drop_own_tests(code) if entry_point else code  # a whole program (stdio) keeps its top level
-        rules = ("own_tests",) if clean != code else ()
+        rules = ("own_tests",) if clean != code or trailing_cut else ()
         return Extraction(_join(code_prompt or "", clean), "ok", style, clean, rules=rules)
     if not code_prompt:
         return Extraction("", "no_signature", style, code)
@@ -345,7 +351,14 @@ def _from_code(code: str, code_prompt: str | None, entry_point: str | None, styl
     prompt = code_prompt if code_prompt.endswith("\n") else code_prompt + "\n"
     body = textwrap.indent(code, _body_indent(prompt))
     kept, cut = _cut_after_function(prompt, body)
-    return Extraction(prompt + kept, "ok", style, body, cut)
+    return Extraction(prompt + kept, "ok", style, body, cut or trailing_cut)
+
+
+def _split_at_top_level(code: str) -> tuple[str, str]:
+    """`code` cut before its first non-blank line at column 0: (the indented head, the rest)."""
+    lines = code.splitlines(keepends=True)
+    top = next((i for i, line in enumerate(lines) if line.strip() and not line[:1].isspace()), len(lines))
+    return "".join(lines[:top]), "".join(lines[top:])
 
 
 def _parses(code: str) -> bool:

@@ -515,3 +515,17 @@ def test_nothing_to_drop_keeps_the_code_byte_for_byte() -> None:
     assert _drop_own_tests(code) == code
     ex = extract_code(None, chat(fenced(code + "\n")), "add")
     assert ex.snippet == code + "\n" and ex.rules == ()
+
+
+def test_an_indented_body_followed_by_flush_left_code_ends_before_it() -> None:
+    """A chat block holding the body at the prompt's indent, then the model's own call or assert at column 0:
+    the body is the function's (indented once, not twice) and the top-level code after it is cut."""
+    prompt = "def add(a, b):\n    '''Add.'''\n"
+    for block in ("    return a + b\nprint(add(1, 2))\n", "    return a - b\nassert add(1, 2) == 3\n"):
+        got = extract_code(prompt, [{"role": "assistant", "content": f"```python\n{block}```"}], "add")
+        assert got.ok and got.cut, got
+        assert got.code == prompt + block.splitlines(keepends=True)[0], got.code
+        ast.parse(got.code)
+    whole = "    def add(a, b):\n        return a + b\nassert add(1, 2) == 3\n"
+    got = extract_code(prompt, [{"role": "assistant", "content": f"```python\n{whole}```"}], "add")
+    assert got.ok and "assert" not in got.code and got.rules == ("own_tests",), got
