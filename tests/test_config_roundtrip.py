@@ -189,3 +189,38 @@ def test_without_a_run_record_the_defaults_apply(tmp_path: Path, recorded: list)
     assert cli.cmd_eval([str(folder)]) == 0
     ((exp, ea),) = recorded
     assert exp == ExperimentArgs() and ea.seed == cli.EvalArgs().seed
+
+
+# ---- argv helpers: each form of a flag --------------------------------------------------------------------------
+def test_split_config_argv_in_each_style() -> None:
+    from experiments.argv import split_config_argv
+
+    assert split_config_argv(["a.yaml", "--seed", "1"]) == ("a.yaml", ["--seed", "1"])
+    assert split_config_argv(["--seed", "1", "--config", "a.yaml", "--lr", "2"]) == (
+        "a.yaml",
+        ["--seed", "1", "--lr", "2"],
+    )
+    assert split_config_argv(["--seed", "1", "--config=a.yaml"]) == ("a.yaml", ["--seed", "1"])
+    assert split_config_argv(["--seed", "1"]) == (None, ["--seed", "1"])
+    with pytest.raises(ConfigError, match="^config:"):
+        split_config_argv(["--seed", "1", "--config"])
+
+
+def test_flag_helpers_read_both_forms() -> None:
+    from experiments.argv import cli_value, drop_flags, flag_keys, join_negative_values, rename_trl_flags
+
+    args = ["--a", "1", "--b=2", "--c", "--d", "x"]
+    assert cli_value(args, "a") == "1" and cli_value(args, "b") == "2" and cli_value(args, "d") == "x"
+    assert cli_value(args, "e") is None and cli_value(["--a"], "a") is None
+    assert cli_value(["--ab", "1"], "a") is None  # a longer key is another flag
+    assert flag_keys(args) == ["a", "b", "c", "d"]
+    assert drop_flags(args, {"a": True, "b": True, "c": False}) == ["--d", "x"]
+    assert drop_flags(args, {"d": False}) == ["--a", "1", "--b=2", "--c", "x"]
+    assert drop_flags(["--b=2", "--keep", "1"], {"b": True}) == ["--keep", "1"]  # its value was in the flag
+    assert rename_trl_flags(["--model_name_or_path", "m", "--dataset_name=d", "--model", "x"]) == [
+        "--model", "m", "--dataset=d", "--model", "x"
+    ]  # fmt: skip
+    assert join_negative_values(["--lr", "-1e-3", "--x=-1", "--y", "-2", "--z", "3"]) == [
+        "--lr=-1e-3", "--x=-1", "--y=-2", "--z", "3"
+    ]  # fmt: skip
+    assert join_negative_values(["--x=1", "-2"]) == ["--x=1", "-2"]  # a flag holding its value takes no other
