@@ -119,8 +119,10 @@ def accelerate_command(
 def cmd_train(argv: Sequence[str]) -> int:
     args = list(argv)
     if not args:
-        raise CliError("train needs a CONFIG and a method: passk train CONFIG --method M [--key value ...] "
-                       "(passk train --help)")  # fmt: skip
+        raise CliError(
+            "train needs a CONFIG and a method: passk train CONFIG --method M [--key value ...] "
+            "(passk train --help)"
+        )
     if args[0] in ("-h", "--help"):
         _print_train_help()
         return 0
@@ -210,8 +212,10 @@ def _print_config(exp: Any, cfg: Any, *, show_all: bool = False) -> None:
         print(f"# {type(cfg).__name__}: TRL / transformers defaults, unchanged")
         dump({k: trainer[k] for k in sorted(unchanged)})
     else:
-        print(f"# {len(unchanged)} more {type(cfg).__name__} keys at their TRL / transformers defaults "
-              "(--check --all lists them)")  # fmt: skip
+        print(
+            f"# {len(unchanged)} more {type(cfg).__name__} keys at their TRL / transformers defaults "
+            "(--check --all lists them)"
+        )
     values = method_hparams(exp.method, cfg)
     # A config without the key takes log π at the sampling temperature (TRL's trainers): say where the value is from.
     derived = {"logprob_temperature": "temperature"} if not hasattr(cfg, "logprob_temperature") else {}
@@ -222,8 +226,10 @@ def _print_config(exp: Any, cfg: Any, *, show_all: bool = False) -> None:
     budget = f"{exp.budget_prompts} fresh prompts, " if exp.budget_prompts else ""
     print(f"# budget: {budget}max_steps {cfg.max_steps}, {cfg.num_generations} completions per prompt")
     if exp.model_generation_config:
-        print("# sampling: top_k, min_p and repetition_penalty are read from the model's generation_config when it "
-              "loads (recorded in run.json under sampling)")  # fmt: skip
+        print(
+            "# sampling: top_k, min_p and repetition_penalty are read from the model's generation_config when it "
+            "loads (recorded in run.json under sampling)"
+        )
     for key, reason in exp.not_applicable.items():
         own = f"; {exp.method} uses {key}={values[key]}, above" if key in values else ""
         print(f"# not used by {exp.method}: the budget file's {key} ({reason}{own})")
@@ -282,17 +288,21 @@ def _passk_keys_help(exp: Any | None) -> list[str]:
 
 def _print_train_help() -> None:
     """`passk train --help`: the usage, the methods, the budget files and passk's own keys."""
-    print("usage: passk train CONFIG --method M [--key value ...]\n"
-          "       passk train CONFIG --method M --check [--all]   the resolved config; loads nothing\n"
-          "       passk train CONFIG [--method M] --help [--all]  the keys with CONFIG's values\n")  # fmt: skip
+    print(
+        "usage: passk train CONFIG --method M [--key value ...]\n"
+        "       passk train CONFIG --method M --check [--all]   the resolved config; loads nothing\n"
+        "       passk train CONFIG [--method M] --help [--all]  the keys with CONFIG's values\n"
+    )
     print("\n".join(_methods_help()), end="\n\n")
     print("\n".join(_configs_help()), end="\n\n")
     print(
         "passk's keys (ExperimentArgs), at their defaults (a budget file sets its own; --key value overrides):"
     )
     print("\n".join(_passk_keys_help(None)))
-    print("\nThe trainer's keys (TRL's GRPOConfig / RLOOConfig and the methods' configs): "
-          "passk train CONFIG --method M --help [--all]")  # fmt: skip
+    print(
+        "\nThe trainer's keys (TRL's GRPOConfig / RLOOConfig and the methods' configs): "
+        "passk train CONFIG --method M --help [--all]"
+    )
 
 
 def _print_config_help(args: list[str], show_all: bool = False) -> int:
@@ -320,8 +330,10 @@ def _print_config_help(args: list[str], show_all: bool = False) -> int:
     print(f"passk's keys (ExperimentArgs) with {name}'s values (--key value overrides):")
     print("\n".join(_passk_keys_help(exp)))
     own = [k for k in (*spec.hparams, *PROCEDURE_OPTIONS) if k in fields]
-    print(f"\n{exp.method}'s own hyperparameters ({spec.trainer_cls.__name__}; METHODS sets them, a budget file "
-          "cannot, --key value can):")  # fmt: skip
+    print(
+        f"\n{exp.method}'s own hyperparameters ({spec.trainer_cls.__name__}; METHODS sets them, a budget file "
+        "cannot, --key value can):"
+    )
     print("\n".join(_help_line(k, getattr(cfg, k), fields[k].metadata.get("help", "")) for k in own))
     data = load_yaml(args[0])
     set_here = [
@@ -331,8 +343,10 @@ def _print_config_help(args: list[str], show_all: bool = False) -> int:
     print("\n".join(_help_line(k, getattr(cfg, k), fields[k].metadata.get("help", "")) for k in set_here))
     rest = len(fields) - len(own) - len(set_here)
     if not show_all:
-        print(f"\n{rest} more {type(cfg).__name__} keys at TRL / transformers defaults: passk train {name} --method "
-              f"{exp.method} --help --all")  # fmt: skip
+        print(
+            f"\n{rest} more {type(cfg).__name__} keys at TRL / transformers defaults: passk train {name} --method "
+            f"{exp.method} --help --all"
+        )
         return 0
     from experiments.config import to_dict
 
@@ -369,9 +383,11 @@ class EvalArgs:
 def cmd_eval(argv: Sequence[str]) -> int:
     args = list(argv)
     if not args or args[0] in ("-h", "--help"):
-        print("usage: passk eval MODEL [--config CONFIG] [--out FILE] [--key value ...]\n\n"
-              "MODEL: tiny | smollm2 | a model folder | a run's output_dir | a checkpoint-N folder | a hub id.\n"
-              "Keys: the data and eval_* keys of ExperimentArgs, plus out, seed, device, dtype, split.")  # fmt: skip
+        print(
+            "usage: passk eval MODEL [--config CONFIG] [--out FILE] [--key value ...]\n\n"
+            "MODEL: tiny | smollm2 | a model folder | a run's output_dir | a checkpoint-N folder | a hub id.\n"
+            "Keys: the data and eval_* keys of ExperimentArgs, plus out, seed, device, dtype, split."
+        )
         return 0
     model = args.pop(0)
     args = rename_trl_flags(args)
@@ -400,14 +416,19 @@ def cmd_eval(argv: Sequence[str]) -> int:
     )
     if rest:
         key = rest[0].lstrip("-").split("=")[0]
-        raise ConfigError(f"{key}: unknown option {rest[0]!r} for passk eval"
-                          + did_you_mean(key, [*ExperimentArgs.__dataclass_fields__, *EvalArgs.__dataclass_fields__]))  # fmt: skip
+        raise ConfigError(
+            f"{key}: unknown option {rest[0]!r} for passk eval"
+            + did_you_mean(key, [*ExperimentArgs.__dataclass_fields__, *EvalArgs.__dataclass_fields__])
+        )
     told = sorted(set(flag_keys(args)) & set(RUN_EVAL_KEYS))
-    print(f"passk eval: {exp.dataset} ({ea.split} split of split_seed {exp.split_seed}, {exp.n_eval} eval problems), "
-          f"{exp.style} prompts, n={exp.eval_n} at temperature {exp.eval_temperature:g} (top_p {exp.eval_top_p:g}), "
-          f"up to {exp.eval_max_new_tokens} new tokens, seed {ea.seed}: "
-          + (f"settings of {source}" if source else "passk's defaults (no run.json or --config)")
-          + (f", with {', '.join('--' + k for k in told)} from the command line" if told else ""), flush=True)  # fmt: skip
+    print(
+        f"passk eval: {exp.dataset} ({ea.split} split of split_seed {exp.split_seed}, {exp.n_eval} eval problems), "
+        f"{exp.style} prompts, n={exp.eval_n} at temperature {exp.eval_temperature:g} (top_p {exp.eval_top_p:g}), "
+        f"up to {exp.eval_max_new_tokens} new tokens, seed {ea.seed}: "
+        + (f"settings of {source}" if source else "passk's defaults (no run.json or --config)")
+        + (f", with {', '.join('--' + k for k in told)} from the command line" if told else ""),
+        flush=True,
+    )
     if ea.split not in ("eval", "train"):
         raise ConfigError(f"split: must be eval or train, got {ea.split!r}")
 
@@ -430,10 +451,16 @@ def _evaluate(model: str, exp: ExperimentArgs, ea: EvalArgs, run_log: Any, torch
         model_source,
     )
 
-    device = torch.device("cuda" if ea.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if ea.device == "auto" else ea.device))  # fmt: skip
-    dtype = {"auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
-             "float32": torch.float32, "bfloat16": torch.bfloat16}.get(ea.dtype)  # fmt: skip
+    device = torch.device(
+        "cuda"
+        if ea.device == "auto" and torch.cuda.is_available()
+        else ("cpu" if ea.device == "auto" else ea.device)
+    )
+    dtype = {
+        "auto": torch.bfloat16 if device.type == "cuda" else torch.float32,
+        "float32": torch.float32,
+        "bfloat16": torch.bfloat16,
+    }.get(ea.dtype)
     if dtype is None:
         raise ConfigError(f"dtype: must be auto, float32 or bfloat16, got {ea.dtype!r}")
     if exp.num_threads and (ea.device == "cpu" or not torch.cuda.is_available()):
@@ -441,8 +468,11 @@ def _evaluate(model: str, exp: ExperimentArgs, ea: EvalArgs, run_log: Any, torch
     path = _model_folder(model)
     train_rows, eval_rows = build_datasets(DataSpec.from_config(exp))
     rows = eval_rows if ea.split == "eval" else train_rows
-    out = Path(ea.out) if ea.out else (Path(path) / "eval.json" if Path(path).is_dir() and Path(model).is_dir()
-                                       else Path("eval.json"))  # fmt: skip
+    out = (
+        Path(ea.out)
+        if ea.out
+        else (Path(path) / "eval.json" if Path(path).is_dir() and Path(model).is_dir() else Path("eval.json"))
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     if run_log is not None:
         run_log.open(out.with_suffix(".log"))
@@ -463,10 +493,27 @@ def _evaluate(model: str, exp: ExperimentArgs, ea: EvalArgs, run_log: Any, torch
 
 # The keys of a run's config that decide what `passk eval` scores and how: data, split, prompt style, sampling,
 # the sandbox's limits and the seed.
-RUN_EVAL_KEYS: tuple[str, ...] = ("dataset", "n_train", "n_eval", "split_seed", "style", "system_prompt",
-                                  "model_generation_config", "reward_timeout", "reward_memory_mb", "eval_n",
-                                  "eval_ks", "eval_temperature", "eval_top_p", "eval_max_new_tokens", "eval_greedy",
-                                  "eval_batch_size", "eval_processes", "num_threads", "seed")  # fmt: skip
+RUN_EVAL_KEYS: tuple[str, ...] = (
+    "dataset",
+    "n_train",
+    "n_eval",
+    "split_seed",
+    "style",
+    "system_prompt",
+    "model_generation_config",
+    "reward_timeout",
+    "reward_memory_mb",
+    "eval_n",
+    "eval_ks",
+    "eval_temperature",
+    "eval_top_p",
+    "eval_max_new_tokens",
+    "eval_greedy",
+    "eval_batch_size",
+    "eval_processes",
+    "num_threads",
+    "seed",
+)
 
 
 def _run_record_of(model: str) -> Path | None:
@@ -545,15 +592,17 @@ def parse_methods(value: str | None) -> list[str]:
 
 def cmd_compare(argv: Sequence[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: passk compare CONFIG [--methods all|a,b,...] [--out DIR] [--seed N | --seeds 0,1,2] [--jobs N] "
-              "[--in_process] [--verbose] [--key value ...]\n\n"
-              "Runs every method (default all) on the one budget file CONFIG into DIR/<method> with the same seed and\n"
-              "overrides (with --seeds: once per seed, into DIR/<method>-seed<N>), each in its own process, N at a time\n"
-              "(default 1), unless --in_process; its output in DIR/logs/<run>.log unless --verbose, its progress on one\n"
-              "console line. An existing DIR/<method> is refused unless --overwrite or --resume true. Then writes\n"
-              "DIR/report.md with write_report. The methods share the file, so they share the budget: the same fresh\n"
-              "prompts and completions (budget_prompts); each method's own hyperparameters come from METHODS. An\n"
-              "override that only some methods' configs have (e.g. --lam) goes to those.")  # fmt: skip
+        print(
+            "usage: passk compare CONFIG [--methods all|a,b,...] [--out DIR] [--seed N | --seeds 0,1,2] [--jobs N] "
+            "[--in_process] [--verbose] [--key value ...]\n\n"
+            "Runs every method (default all) on the one budget file CONFIG into DIR/<method> with the same seed and\n"
+            "overrides (with --seeds: once per seed, into DIR/<method>-seed<N>), each in its own process, N at a time\n"
+            "(default 1), unless --in_process; its output in DIR/logs/<run>.log unless --verbose, its progress on one\n"
+            "console line. An existing DIR/<method> is refused unless --overwrite or --resume true. Then writes\n"
+            "DIR/report.md with write_report. The methods share the file, so they share the budget: the same fresh\n"
+            "prompts and completions (budget_prompts); each method's own hyperparameters come from METHODS. An\n"
+            "override that only some methods' configs have (e.g. --lam) goes to those."
+        )
         return 0
     configs, opts, overrides = _parse_compare(argv)
     if len(configs) != 1:
@@ -568,9 +617,17 @@ def cmd_compare(argv: Sequence[str]) -> int:
         raise CliError(f"--seeds: {bad[0]!r} is not an integer")
     try:
         with _libraries_to(out / "logs" / PARENT_LOG):
-            report = compare(str(config_path(configs[0])), out, methods=parse_methods(opts["methods"]),
-                             seed=opts["seed"], seeds=seeds, overrides=overrides, in_process=opts["in_process"],
-                             verbose=opts["verbose"], jobs=opts["jobs"])  # fmt: skip
+            report = compare(
+                str(config_path(configs[0])),
+                out,
+                methods=parse_methods(opts["methods"]),
+                seed=opts["seed"],
+                seeds=seeds,
+                overrides=overrides,
+                in_process=opts["in_process"],
+                verbose=opts["verbose"],
+                jobs=opts["jobs"],
+            )
     except ComparisonInterrupted as stopped:
         print(compare_interrupted_message("compare", argv, out, stopped), file=sys.stderr)
         return 130
@@ -617,8 +674,10 @@ def compare_interrupted_message(command: str, argv: Sequence[str], out: Path, st
     kept = _without(argv, "overwrite", "resume", "out")
     again = ["passk", command, *kept, "--out", str(out), "--resume", "true"]
     done = ", ".join(stopped.done) or "none"
-    return (f"passk {command}: interrupted; finished: {done}; not finished: {', '.join(stopped.left) or 'none'}; "
-            f"continue with: {shlex.join(again)}")  # fmt: skip
+    return (
+        f"passk {command}: interrupted; finished: {done}; not finished: {', '.join(stopped.left) or 'none'}; "
+        f"continue with: {shlex.join(again)}"
+    )
 
 
 # ------------------------------------------------------------------------------------------------------ demo
@@ -627,11 +686,13 @@ def compare_interrupted_message(command: str, argv: Sequence[str], out: Path, st
 def cmd_demo(argv: Sequence[str]) -> int:
     args = list(argv)
     if args and args[0] in ("-h", "--help"):
-        print("usage: passk demo [--out DIR] [--methods a,b,...] [--jobs N] [--in_process] [--verbose] [--overwrite] "
-              "[--key value ...]\n\n"
-              "Every method side by side on CPU: the tiny task model, warm-started once (cached) on the learnable\n"
-              f"task, then RL with each method on the budget experiments/configs/{DEMO_CONFIG}.yaml, two runs at a\n"
-              "time on two cores or more (--jobs). Ends with the report path; --overwrite replaces an earlier demo.")  # fmt: skip
+        print(
+            "usage: passk demo [--out DIR] [--methods a,b,...] [--jobs N] [--in_process] [--verbose] [--overwrite] "
+            "[--key value ...]\n\n"
+            "Every method side by side on CPU: the tiny task model, warm-started once (cached) on the learnable\n"
+            f"task, then RL with each method on the budget experiments/configs/{DEMO_CONFIG}.yaml, two runs at a\n"
+            "time on two cores or more (--jobs). Ends with the report path; --overwrite replaces an earlier demo."
+        )
         return 0
     out = Path(str(_pop_flag(args, "out") or DEMO_OUT))
     from experiments.trainers import ORIGINAL_METHODS
@@ -658,8 +719,10 @@ def cmd_demo(argv: Sequence[str]) -> int:
                 if warm_start_cached(base, steps, seed=exp.split_seed):
                     print(f"passk demo: warm start ({steps} SFT steps) from the cache", flush=True)
                 else:
-                    print(f"passk demo: building the warm start ({steps} SFT steps; cached for later runs)",
-                          flush=True)  # fmt: skip
+                    print(
+                        f"passk demo: building the warm start ({steps} SFT steps; cached for later runs)",
+                        flush=True,
+                    )
                 warm_started_model(base, steps, seed=exp.split_seed)
             report = compare(
                 config,

@@ -25,8 +25,18 @@ from typing import Any, Literal
 
 from experiments.errors import ConfigError
 
-__all__ = ["CONFIG_DIR", "DEVICE_KEYS", "PASSK_TRAINER_DEFAULTS", "ConfigError", "ExperimentArgs", "config_path",
-           "method_hparam_owners", "method_spec", "shipped_configs", "to_dict"]  # fmt: skip
+__all__ = [
+    "CONFIG_DIR",
+    "DEVICE_KEYS",
+    "PASSK_TRAINER_DEFAULTS",
+    "ConfigError",
+    "ExperimentArgs",
+    "config_path",
+    "method_hparam_owners",
+    "method_spec",
+    "shipped_configs",
+    "to_dict",
+]
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 

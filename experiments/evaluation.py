@@ -557,8 +557,9 @@ def evaluate_model(
 
     if not problems:
         raise ValueError(
-            f"reward_stdio_tests: every one of the {len(unscored)} evaluation problems shows all its cases in its "
-            "prompt, so none has a hidden case to score; use reward_stdio_tests: all or other problems"
+            f"dataset: every one of the {len(unscored)} evaluation problems shows all its cases in its prompt, so "
+            "none has a hidden case to score (evaluation never scores a case the model was shown); evaluate "
+            "problems with hidden cases"
         )
     passk, greedy_est, avg = summarize(
         problems, ks, n_bootstrap=n_bootstrap, confidence=confidence, seed=seed

@@ -128,21 +128,66 @@ def _world_size() -> int:
 # The range of each numeric setting (ExperimentArgs and the methods' trainer configs) that torch, transformers or
 # TRL would accept at parse time and then fail on after the model has loaded, or silently misuse. None (unset) is
 # always allowed; every float must also be finite.
-_AT_LEAST_0 = ("learning_rate", "critic_learning_rate", "vf_lr", "weight_decay", "max_grad_norm", "warmup_steps",
-               "beta", "epsilon", "epsilon_high", "delta", "kl_coef", "vf_coef", "cliprange_value", "cliprange",
-               "entropy_coef", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "label_smoothing_factor",
-               "num_train_epochs", "top_k", "seed", "data_seed", "dataloader_num_workers", "save_total_limit",
-               "neftune_noise_alpha", "eval_delay")  # fmt: skip
+_AT_LEAST_0 = (
+    "learning_rate",
+    "critic_learning_rate",
+    "vf_lr",
+    "weight_decay",
+    "max_grad_norm",
+    "warmup_steps",
+    "beta",
+    "epsilon",
+    "epsilon_high",
+    "delta",
+    "kl_coef",
+    "vf_coef",
+    "cliprange_value",
+    "cliprange",
+    "entropy_coef",
+    "entropy_coef_min",
+    "entropy_coef_max",
+    "entropy_coef_delta",
+    "label_smoothing_factor",
+    "num_train_epochs",
+    "top_k",
+    "seed",
+    "data_seed",
+    "dataloader_num_workers",
+    "save_total_limit",
+    "neftune_noise_alpha",
+    "eval_delay",
+)
 
 
-_ABOVE_0 = ("temperature", "logprob_temperature", "adam_epsilon", "repetition_penalty", "logging_steps", "save_steps",
-            "eval_steps", "ddp_timeout", "vllm_server_timeout", "sapo_temperature_neg", "sapo_temperature_pos",
-            "reward_memory_mb")  # fmt: skip
+_ABOVE_0 = (
+    "temperature",
+    "logprob_temperature",
+    "adam_epsilon",
+    "repetition_penalty",
+    "logging_steps",
+    "save_steps",
+    "eval_steps",
+    "ddp_timeout",
+    "vllm_server_timeout",
+    "sapo_temperature_neg",
+    "sapo_temperature_pos",
+    "reward_memory_mb",
+)
 
 
-_AT_LEAST_1 = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
-               "num_iterations", "steps_per_generation", "generation_batch_size", "max_completion_length",
-               "max_prompt_length", "num_generations_eval", "ref_model_sync_steps", "vllm_tensor_parallel_size")  # fmt: skip
+_AT_LEAST_1 = (
+    "per_device_train_batch_size",
+    "per_device_eval_batch_size",
+    "gradient_accumulation_steps",
+    "num_iterations",
+    "steps_per_generation",
+    "generation_batch_size",
+    "max_completion_length",
+    "max_prompt_length",
+    "num_generations_eval",
+    "ref_model_sync_steps",
+    "vllm_tensor_parallel_size",
+)
 
 
 NUMERIC_RANGES: dict[str, tuple[float | None, float | None, str]] = {
@@ -152,7 +197,7 @@ NUMERIC_RANGES: dict[str, tuple[float | None, float | None, str]] = {
     **{
         k: (0, 1, "in [0, 1]")
         for k in ("min_p", "top_entropy_quantile", "ref_model_mixup_alpha", "lam", "gamma", "warmup_ratio")
-    },  # fmt: skip
+    },
     **{k: (0, 1, "in (0, 1]") for k in ("top_p", "vllm_gpu_memory_utilization")},
     **{k: (0, 1, "in [0, 1)") for k in ("adam_beta1", "adam_beta2")},
     "max_steps": (-1, None, ">= -1 (-1: num_train_epochs decides)"),

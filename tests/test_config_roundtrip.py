@@ -22,17 +22,62 @@ from experiments.trainers import METHODS
 from experiments.validation import NUMERIC_RANGES, check_numbers
 
 # key -> (low, low closed, high, high closed); None: unbounded on that side.
-AT_LEAST_0 = ("learning_rate", "critic_learning_rate", "vf_lr", "weight_decay", "max_grad_norm", "warmup_steps",
-              "beta", "epsilon", "epsilon_high", "delta", "kl_coef", "vf_coef", "cliprange_value", "cliprange",
-              "entropy_coef", "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "label_smoothing_factor",
-              "num_train_epochs", "top_k", "seed", "data_seed", "dataloader_num_workers", "save_total_limit",
-              "neftune_noise_alpha", "eval_delay")  # fmt: skip
-ABOVE_0 = ("temperature", "logprob_temperature", "adam_epsilon", "repetition_penalty", "logging_steps", "save_steps",
-           "eval_steps", "ddp_timeout", "vllm_server_timeout", "sapo_temperature_neg", "sapo_temperature_pos",
-           "reward_memory_mb")  # fmt: skip
-AT_LEAST_1 = ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
-              "num_iterations", "steps_per_generation", "generation_batch_size", "max_completion_length",
-              "max_prompt_length", "num_generations_eval", "ref_model_sync_steps", "vllm_tensor_parallel_size")  # fmt: skip
+AT_LEAST_0 = (
+    "learning_rate",
+    "critic_learning_rate",
+    "vf_lr",
+    "weight_decay",
+    "max_grad_norm",
+    "warmup_steps",
+    "beta",
+    "epsilon",
+    "epsilon_high",
+    "delta",
+    "kl_coef",
+    "vf_coef",
+    "cliprange_value",
+    "cliprange",
+    "entropy_coef",
+    "entropy_coef_min",
+    "entropy_coef_max",
+    "entropy_coef_delta",
+    "label_smoothing_factor",
+    "num_train_epochs",
+    "top_k",
+    "seed",
+    "data_seed",
+    "dataloader_num_workers",
+    "save_total_limit",
+    "neftune_noise_alpha",
+    "eval_delay",
+)
+ABOVE_0 = (
+    "temperature",
+    "logprob_temperature",
+    "adam_epsilon",
+    "repetition_penalty",
+    "logging_steps",
+    "save_steps",
+    "eval_steps",
+    "ddp_timeout",
+    "vllm_server_timeout",
+    "sapo_temperature_neg",
+    "sapo_temperature_pos",
+    "reward_memory_mb",
+)
+AT_LEAST_1 = (
+    "per_device_train_batch_size",
+    "per_device_eval_batch_size",
+    "gradient_accumulation_steps",
+    "num_iterations",
+    "steps_per_generation",
+    "generation_batch_size",
+    "max_completion_length",
+    "max_prompt_length",
+    "num_generations_eval",
+    "ref_model_sync_steps",
+    "vllm_tensor_parallel_size",
+)
 EXPECTED = {
     **{k: (0, True, None, False) for k in AT_LEAST_0},
     **{k: (0, False, None, False) for k in ABOVE_0},
@@ -40,14 +85,25 @@ EXPECTED = {
     **{
         k: (0, True, 1, True)
         for k in ("min_p", "top_entropy_quantile", "ref_model_mixup_alpha", "lam", "gamma", "warmup_ratio")
-    },  # fmt: skip
+    },
     **{k: (0, False, 1, True) for k in ("top_p", "vllm_gpu_memory_utilization")},
     **{k: (0, True, 1, False) for k in ("adam_beta1", "adam_beta2")},
     "max_steps": (-1, True, None, False),
 }
-INTEGER_KEYS = set(AT_LEAST_1) | {"top_k", "seed", "data_seed", "dataloader_num_workers", "save_total_limit",
-                                  "logging_steps", "save_steps", "eval_steps", "ddp_timeout", "reward_memory_mb",
-                                  "warmup_steps", "max_steps"}  # fmt: skip
+INTEGER_KEYS = set(AT_LEAST_1) | {
+    "top_k",
+    "seed",
+    "data_seed",
+    "dataloader_num_workers",
+    "save_total_limit",
+    "logging_steps",
+    "save_steps",
+    "eval_steps",
+    "ddp_timeout",
+    "reward_memory_mb",
+    "warmup_steps",
+    "max_steps",
+}
 
 
 def test_the_table_lists_every_range() -> None:
@@ -61,8 +117,11 @@ def test_every_range_is_a_field_of_some_config() -> None:
     # These four are fields of no config of the installed TRL / transformers (removed there); their ranges check
     # nothing today. Any other key missing here is a misspelling.
     assert sorted(k for k in NUMERIC_RANGES if k not in fields) == [
-        "cliprange", "max_prompt_length", "vf_lr", "warmup_ratio"
-    ]  # fmt: skip
+        "cliprange",
+        "max_prompt_length",
+        "vf_lr",
+        "warmup_ratio",
+    ]
 
 
 def _one(key: str, value: float):
@@ -125,11 +184,26 @@ def test_the_first_config_out_of_range_is_named() -> None:
 # ---- passk eval RUN_DIR ---------------------------------------------------------------------------------------
 # Every RUN_EVAL_KEYS key at a value other than its default (and other than passk eval's).
 NON_DEFAULT = {
-    "dataset": "learnable", "n_train": 7, "n_eval": 3, "split_seed": 5, "style": "chat",
-    "system_prompt": "Be brief.", "model_generation_config": True, "reward_timeout": 1.5, "reward_memory_mb": 512,
-    "eval_n": 6, "eval_ks": [2, 3], "eval_temperature": 0.3, "eval_top_p": 0.5, "eval_max_new_tokens": 17,
-    "eval_greedy": False, "eval_batch_size": 3, "eval_processes": 2, "num_threads": 4, "seed": 11,
-}  # fmt: skip
+    "dataset": "learnable",
+    "n_train": 7,
+    "n_eval": 3,
+    "split_seed": 5,
+    "style": "chat",
+    "system_prompt": "Be brief.",
+    "model_generation_config": True,
+    "reward_timeout": 1.5,
+    "reward_memory_mb": 512,
+    "eval_n": 6,
+    "eval_ks": [2, 3],
+    "eval_temperature": 0.3,
+    "eval_top_p": 0.5,
+    "eval_max_new_tokens": 17,
+    "eval_greedy": False,
+    "eval_batch_size": 3,
+    "eval_processes": 2,
+    "num_threads": 4,
+    "seed": 11,
+}
 
 
 @pytest.fixture
@@ -156,8 +230,15 @@ def test_non_default_values_cover_every_key() -> None:
 
 @pytest.mark.parametrize("folder", ["", "checkpoint-2"])
 def test_passk_eval_reads_every_run_setting_back(tmp_path: Path, recorded: list, folder: str) -> None:
-    config = {**NON_DEFAULT, "learning_rate": 0.5, "method": "ppo", "eval_before": False, "eval_every_n_steps": 3,
-              "reward_funcs": ["partial"], "warm_start_steps": 9}  # fmt: skip
+    config = {
+        **NON_DEFAULT,
+        "learning_rate": 0.5,
+        "method": "ppo",
+        "eval_before": False,
+        "eval_every_n_steps": 3,
+        "reward_funcs": ["partial"],
+        "warm_start_steps": 9,
+    }
     run = _run_dir(tmp_path, config)
     assert cli.cmd_eval([str(run / folder)]) == 0
     ((exp, ea),) = recorded
@@ -172,8 +253,22 @@ def test_passk_eval_reads_every_run_setting_back(tmp_path: Path, recorded: list,
 
 def test_the_command_line_overrides_the_run(tmp_path: Path, recorded: list, capsys) -> None:
     run = _run_dir(tmp_path, NON_DEFAULT)
-    argv = [str(run), "--eval_n", "4", "--eval_ks", "1", "4", "--seed", "3", "--eval_greedy", "true",
-            "--split_seed", "0", "--device", "cpu"]  # fmt: skip
+    argv = [
+        str(run),
+        "--eval_n",
+        "4",
+        "--eval_ks",
+        "1",
+        "4",
+        "--seed",
+        "3",
+        "--eval_greedy",
+        "true",
+        "--split_seed",
+        "0",
+        "--device",
+        "cpu",
+    ]
     assert cli.cmd_eval(argv) == 0
     ((exp, ea),) = recorded
     assert (exp.eval_n, exp.eval_ks, ea.seed, exp.eval_greedy, exp.split_seed) == (4, [1, 4], 3, True, 0)
@@ -218,9 +313,17 @@ def test_flag_helpers_read_both_forms() -> None:
     assert drop_flags(args, {"d": False}) == ["--a", "1", "--b=2", "--c", "x"]
     assert drop_flags(["--b=2", "--keep", "1"], {"b": True}) == ["--keep", "1"]  # its value was in the flag
     assert rename_trl_flags(["--model_name_or_path", "m", "--dataset_name=d", "--model", "x"]) == [
-        "--model", "m", "--dataset=d", "--model", "x"
-    ]  # fmt: skip
+        "--model",
+        "m",
+        "--dataset=d",
+        "--model",
+        "x",
+    ]
     assert join_negative_values(["--lr", "-1e-3", "--x=-1", "--y", "-2", "--z", "3"]) == [
-        "--lr=-1e-3", "--x=-1", "--y=-2", "--z", "3"
-    ]  # fmt: skip
+        "--lr=-1e-3",
+        "--x=-1",
+        "--y=-2",
+        "--z",
+        "3",
+    ]
     assert join_negative_values(["--x=1", "-2"]) == ["--x=1", "-2"]  # a flag holding its value takes no other

@@ -48,8 +48,10 @@ def test_pass_at_k_refuses_counts_outside_their_range(n: int, c: int, k: int) ->
         pass_at_k(n, c, k)
 
 
-@pytest.mark.parametrize("n, ks", [(1, [1]), (2, [1, 2]), (5, [1, 2, 4, 5]), (6, [1, 2, 4, 6]), (8, [1, 2, 4, 8]),
-                                   (9, [1, 2, 4, 8, 9])])  # fmt: skip
+@pytest.mark.parametrize(
+    "n, ks",
+    [(1, [1]), (2, [1, 2]), (5, [1, 2, 4, 5]), (6, [1, 2, 4, 6]), (8, [1, 2, 4, 8]), (9, [1, 2, 4, 8, 9])],
+)
 def test_coverage_ks_for_n_a_power_of_two_or_not(n: int, ks: list[int]) -> None:
     assert coverage_ks(n) == ks
 
@@ -99,8 +101,20 @@ def test_summarize_of_no_problems() -> None:
 
 def _result(problems: list[ProblemResult], ks: list[int], seed: int = 0) -> EvalResult:
     passk, greedy, avg = summarize(problems, ks, n_bootstrap=100, seed=seed)
-    return EvalResult(passk, greedy, avg, len(problems), problems[0].n, sorted(set(ks)), 120, 2.0, 1.0, problems,
-                      settings={"seed": seed}, n_bootstrap=100)  # fmt: skip
+    return EvalResult(
+        passk,
+        greedy,
+        avg,
+        len(problems),
+        problems[0].n,
+        sorted(set(ks)),
+        120,
+        2.0,
+        1.0,
+        problems,
+        settings={"seed": seed},
+        n_bootstrap=100,
+    )
 
 
 @pytest.mark.parametrize("greedy", [False, True])
@@ -222,8 +236,12 @@ def test_report_metrics_for_each_combination(tmp_path, rows: bool, seeds: list[i
     assert (method["k"], method["n"], method["num_problems"]) == (3, 3, 3)
 
     def per_seed(correct: list[int]) -> dict[str, float]:
-        out = {"pass@1": sum(correct) / 9, "pass@3": sum(c > 0 for c in correct) / 3,
-               "first_sample_pass@1": sum(c > 0 for c in correct) / 3, "avg_reward": sum(correct) / 9}  # fmt: skip
+        out = {
+            "pass@1": sum(correct) / 9,
+            "pass@3": sum(c > 0 for c in correct) / 3,
+            "first_sample_pass@1": sum(c > 0 for c in correct) / 3,
+            "avg_reward": sum(correct) / 9,
+        }
         if greedy:
             out["greedy_pass@1"] = sum(c > 1 for c in correct) / 3
         return out

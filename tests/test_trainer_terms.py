@@ -201,9 +201,12 @@ def test_sampled_logprobs_at_a_temperature_with_rows_of_different_lengths(temper
         assert rec(ids, s) is s  # the scores go on to generate unchanged
     got = rec.per_token_logps(completion, mask)
     want = torch.stack(
-        [torch.log_softmax(s / temperature, -1).gather(1, completion[:, t : t + 1]).squeeze(1)
-         for t, s in enumerate(scores)], dim=1,
-    )  # fmt: skip
+        [
+            torch.log_softmax(s / temperature, -1).gather(1, completion[:, t : t + 1]).squeeze(1)
+            for t, s in enumerate(scores)
+        ],
+        dim=1,
+    )
     assert torch.allclose(got, want)
     # A recording of other tokens (at a real position) does not describe the completion.
     other = completion.clone()
@@ -226,13 +229,23 @@ def test_logprob_temperature_reads_the_config_else_the_sampling_temperature() ->
     assert seams._logprob_temperature() == 0.8
 
 
-@pytest.mark.parametrize("t, use_vllm, correction, raises", [
-    (None, True, True, False), (0.8, True, True, False), (1.0, True, True, True), (1.0, False, True, False),
-    (1.0, True, False, False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "t, use_vllm, correction, raises",
+    [
+        (None, True, True, False),
+        (0.8, True, True, False),
+        (1.0, True, True, True),
+        (1.0, False, True, False),
+        (1.0, True, False, False),
+    ],
+)
 def test_check_logprob_temperature_combinations(t, use_vllm, correction, raises) -> None:
-    args = SimpleNamespace(logprob_temperature=t, temperature=0.8, use_vllm=use_vllm,
-                           vllm_importance_sampling_correction=correction)  # fmt: skip
+    args = SimpleNamespace(
+        logprob_temperature=t,
+        temperature=0.8,
+        use_vllm=use_vllm,
+        vllm_importance_sampling_correction=correction,
+    )
     if raises:
         with pytest.raises(ValueError, match="^logprob_temperature"):
             check_logprob_temperature(args)
@@ -305,10 +318,22 @@ def _rollout(monkeypatch: pytest.MonkeyPatch, out: dict) -> None:
 REWARDS_PER_FUNC = torch.tensor([[1.0, 0.0], [0.0, 1.0], [float("nan"), float("nan")], [0.5, 1.0]])
 SCALAR = [1.0, 0.5, float("nan"), 1.0]
 MASK4 = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]])
-OLD = torch.tensor([[-1.0, -0.5, -2.0, GARBAGE], [-0.2, -0.3, GARBAGE, GARBAGE],
-                    [-1.0, -1.0, -1.0, -1.0], [-0.7, GARBAGE, GARBAGE, GARBAGE]])  # fmt: skip
-REF = torch.tensor([[-1.5, -0.5, -1.0, -GARBAGE], [-0.4, -0.1, -GARBAGE, 0.0],
-                    [-1.0, -2.0, -0.5, -1.0], [-0.2, 0.0, 0.0, 0.0]])  # fmt: skip
+OLD = torch.tensor(
+    [
+        [-1.0, -0.5, -2.0, GARBAGE],
+        [-0.2, -0.3, GARBAGE, GARBAGE],
+        [-1.0, -1.0, -1.0, -1.0],
+        [-0.7, GARBAGE, GARBAGE, GARBAGE],
+    ]
+)
+REF = torch.tensor(
+    [
+        [-1.5, -0.5, -1.0, -GARBAGE],
+        [-0.4, -0.1, -GARBAGE, 0.0],
+        [-1.0, -2.0, -0.5, -1.0],
+        [-0.2, 0.0, 0.0, 0.0],
+    ]
+)
 
 
 def _batch() -> dict:
@@ -325,8 +350,13 @@ def _kl_sums() -> list[float]:
 
 
 def _reinforce_args(**kw) -> SimpleNamespace:
-    base = {"kl_coef": 0.0, "baseline": "batch_mean", "normalize_advantages": False,
-            "loss_normalization": "sequence", "steps_per_generation": 1}  # fmt: skip
+    base = {
+        "kl_coef": 0.0,
+        "baseline": "batch_mean",
+        "normalize_advantages": False,
+        "loss_normalization": "sequence",
+        "steps_per_generation": 1,
+    }
     return SimpleNamespace(**(base | kw))
 
 
@@ -348,16 +378,29 @@ def _hand_reinforce(rewards: list[float], baseline: str, normalize: bool, group:
 
 
 @pytest.mark.parametrize("kl_coef", [0.0, 0.3])
-@pytest.mark.parametrize("baseline, normalize", [("none", False), ("batch_mean", False), ("batch_mean", True),
-                                                 ("group_mean", False), ("group_mean", True), ("rloo", False),
-                                                 ("rloo", True)])  # fmt: skip
+@pytest.mark.parametrize(
+    "baseline, normalize",
+    [
+        ("none", False),
+        ("batch_mean", False),
+        ("batch_mean", True),
+        ("group_mean", False),
+        ("group_mean", True),
+        ("rloo", False),
+        ("rloo", True),
+    ],
+)
 def test_reinforce_advantages_with_the_kl_penalty_and_each_baseline(
     monkeypatch: pytest.MonkeyPatch, kl_coef: float, baseline: str, normalize: bool
 ) -> None:
     _rollout(monkeypatch, _batch())
-    trainer = _fabricated(ReinforceTrainer, num_generations=2, num_generations_eval=4,
-                          args=_reinforce_args(kl_coef=kl_coef, baseline=baseline, normalize_advantages=normalize),
-                          _last_rewards_per_func=REWARDS_PER_FUNC.clone())  # fmt: skip
+    trainer = _fabricated(
+        ReinforceTrainer,
+        num_generations=2,
+        num_generations_eval=4,
+        args=_reinforce_args(kl_coef=kl_coef, baseline=baseline, normalize_advantages=normalize),
+        _last_rewards_per_func=REWARDS_PER_FUNC.clone(),
+    )
     out = trainer._generate_and_score_completions([{}] * 4)
     shaped = [r - kl_coef * k for r, k in zip(SCALAR, _kl_sums())]
     want = _hand_reinforce(shaped, baseline, normalize, group=2)
@@ -375,15 +418,27 @@ def test_reinforce_advantages_with_the_kl_penalty_and_each_baseline(
 
 def test_reinforce_eval_groups_use_the_eval_group_size(monkeypatch: pytest.MonkeyPatch) -> None:
     _rollout(monkeypatch, _batch())
-    trainer = _fabricated(ReinforceTrainer, training=False, num_generations=2, num_generations_eval=4,
-                          args=_reinforce_args(baseline="rloo"), _last_rewards_per_func=REWARDS_PER_FUNC.clone())  # fmt: skip
+    trainer = _fabricated(
+        ReinforceTrainer,
+        training=False,
+        num_generations=2,
+        num_generations_eval=4,
+        args=_reinforce_args(baseline="rloo"),
+        _last_rewards_per_func=REWARDS_PER_FUNC.clone(),
+    )
     out = trainer._generate_and_score_completions([{}] * 4)
     assert out["advantages"].tolist() == pytest.approx(rloo_advantages(torch.tensor(SCALAR), 4).tolist())
     assert trainer._metrics["eval"]["reinforce/advantage_mean"] and not trainer._metrics["train"]
 
 
-LOGP = torch.tensor([[-1.0, -0.5, -2.0, GARBAGE], [-0.2, -0.3, GARBAGE, GARBAGE],
-                     [-0.1, -0.4, -1.0, -0.6], [-0.7, GARBAGE, GARBAGE, GARBAGE]])  # fmt: skip
+LOGP = torch.tensor(
+    [
+        [-1.0, -0.5, -2.0, GARBAGE],
+        [-0.2, -0.3, GARBAGE, GARBAGE],
+        [-0.1, -0.4, -1.0, -0.6],
+        [-0.7, GARBAGE, GARBAGE, GARBAGE],
+    ]
+)
 ADV = torch.tensor([1.0, -0.5, 0.0, 2.0])
 
 
@@ -395,8 +450,12 @@ def test_reinforce_loss_with_each_normalisation_and_off_policy_weights(
 ) -> None:
     logp = LOGP.clone().requires_grad_(True)
     old = LOGP - torch.tensor([[0.1, -0.2, 0.3, GARBAGE]] * 4)
-    trainer = _fabricated(ReinforceTrainer, training=training, current_gradient_accumulation_steps=2,
-                          args=_reinforce_args(loss_normalization=normalization, steps_per_generation=4))  # fmt: skip
+    trainer = _fabricated(
+        ReinforceTrainer,
+        training=training,
+        current_gradient_accumulation_steps=2,
+        args=_reinforce_args(loss_normalization=normalization, steps_per_generation=4),
+    )
     trainer._completion_logps = lambda model, inputs, compute_entropy=False: (
         logp,
         torch.full_like(logp, 0.25),
@@ -428,26 +487,51 @@ def test_reinforce_loss_with_each_normalisation_and_off_policy_weights(
 
 
 # ---- PPO ------------------------------------------------------------------------------------------------------
-VALUES = torch.tensor([[0.2, -0.1, 0.4, GARBAGE], [0.5, 0.3, GARBAGE, GARBAGE],
-                       [0.0, 0.1, 0.2, 0.3], [-0.4, GARBAGE, GARBAGE, GARBAGE]])  # fmt: skip
+VALUES = torch.tensor(
+    [
+        [0.2, -0.1, 0.4, GARBAGE],
+        [0.5, 0.3, GARBAGE, GARBAGE],
+        [0.0, 0.1, 0.2, 0.3],
+        [-0.4, GARBAGE, GARBAGE, GARBAGE],
+    ]
+)
 
 
 def _ppo_args(**kw) -> SimpleNamespace:
-    base = {"kl_coef": 0.0, "gamma": 1.0, "lam": 1.0, "advantage_normalization": "whiten",
-            "steps_per_generation": 1, "gradient_accumulation_steps": 1, "per_device_train_batch_size": 4,
-            "per_device_eval_batch_size": 4, "vf_coef": 0.1, "cliprange_value": 0.2, "entropy_coef": 0.0,
-            "critic_warmup_steps": 0}  # fmt: skip
+    base = {
+        "kl_coef": 0.0,
+        "gamma": 1.0,
+        "lam": 1.0,
+        "advantage_normalization": "whiten",
+        "steps_per_generation": 1,
+        "gradient_accumulation_steps": 1,
+        "per_device_train_batch_size": 4,
+        "per_device_eval_batch_size": 4,
+        "vf_coef": 0.1,
+        "cliprange_value": 0.2,
+        "entropy_coef": 0.0,
+        "critic_warmup_steps": 0,
+    }
     return SimpleNamespace(**(base | kw))
 
 
 def _ppo(training: bool = True, rewards_per_func: torch.Tensor = REWARDS_PER_FUNC, **args) -> PPOTrainer:
     trainer = _fabricated(
-        PPOTrainer, training=training, args=_ppo_args(**args), num_iterations=1, use_vllm=False,
-        vllm_importance_sampling_correction=False, use_transformers_continuous_batching=False,
-        repetition_penalty=1.0, critic=None, _last_rewards_per_func=rewards_per_func.clone(),
-        state=SimpleNamespace(global_step=0), epsilon_low=0.2, epsilon_high=0.2,
+        PPOTrainer,
+        training=training,
+        args=_ppo_args(**args),
+        num_iterations=1,
+        use_vllm=False,
+        vllm_importance_sampling_correction=False,
+        use_transformers_continuous_batching=False,
+        repetition_penalty=1.0,
+        critic=None,
+        _last_rewards_per_func=rewards_per_func.clone(),
+        state=SimpleNamespace(global_step=0),
+        epsilon_low=0.2,
+        epsilon_high=0.2,
         current_gradient_accumulation_steps=1,
-    )  # fmt: skip
+    )
     return trainer
 
 
@@ -479,8 +563,11 @@ def test_ppo_rollout_rewards_gae_and_normalisation(
     mean = sum(all_adv) / len(all_adv)
     std = math.sqrt(sum((a - mean) ** 2 for a in all_adv) / (len(all_adv) - 1))
     for i, n in enumerate(lengths):
-        want = {"none": raw[i], "center": [a - mean for a in raw[i]],
-                "whiten": [(a - mean) / math.sqrt(std**2 + 1e-8) for a in raw[i]]}[mode]  # fmt: skip
+        want = {
+            "none": raw[i],
+            "center": [a - mean for a in raw[i]],
+            "whiten": [(a - mean) / math.sqrt(std**2 + 1e-8) for a in raw[i]],
+        }[mode]
         assert out["advantages"][i, :n].tolist() == pytest.approx(want, abs=1e-5)
         assert out["advantages"][i, n:].abs().sum() == 0
     assert out["scorable"].tolist() == [True, True, False, True]
@@ -515,27 +602,48 @@ def test_ppo_eval_rollout_reads_values_in_eval_chunks(monkeypatch: pytest.Monkey
 
 @pytest.mark.parametrize("vf_coef, ent_coef, clip", [(0.1, 0.0, 0.2), (0.5, 0.01, 0.05), (2.0, 0.3, 1.0)])
 @pytest.mark.parametrize("training", [True, False])
-def test_ppo_loss_terms_with_nonzero_coefficients(vf_coef: float, ent_coef: float, clip: float,
-                                                  training: bool) -> None:  # fmt: skip
+def test_ppo_loss_terms_with_nonzero_coefficients(
+    vf_coef: float, ent_coef: float, clip: float, training: bool
+) -> None:
     mask = MASK4.float()
-    values = torch.tensor([[0.5, -0.3, 0.1, GARBAGE], [0.2, 0.9, GARBAGE, GARBAGE],
-                           [0.0, 0.0, 0.0, 0.0], [1.2, GARBAGE, GARBAGE, GARBAGE]], requires_grad=True)  # fmt: skip
+    values = torch.tensor(
+        [
+            [0.5, -0.3, 0.1, GARBAGE],
+            [0.2, 0.9, GARBAGE, GARBAGE],
+            [0.0, 0.0, 0.0, 0.0],
+            [1.2, GARBAGE, GARBAGE, GARBAGE],
+        ],
+        requires_grad=True,
+    )
     old_values = torch.tensor([[0.3, 0.0, 0.1, 0.0], [0.2, 0.1, 0.0, 0.0], [0.0] * 4, [0.1, 0.0, 0.0, 0.0]])
     returns = torch.tensor([[1.0, -1.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [0.0] * 4, [2.0, 0.0, 0.0, 0.0]])
-    adv = torch.tensor([[1.0, -1.0, 0.5, GARBAGE], [2.0, -0.5, GARBAGE, GARBAGE],
-                        [1.0] * 4, [-1.0, GARBAGE, GARBAGE, GARBAGE]])  # fmt: skip
+    adv = torch.tensor(
+        [
+            [1.0, -1.0, 0.5, GARBAGE],
+            [2.0, -0.5, GARBAGE, GARBAGE],
+            [1.0] * 4,
+            [-1.0, GARBAGE, GARBAGE, GARBAGE],
+        ]
+    )
     logp = LOGP.clone().requires_grad_(True)
     old = LOGP - torch.tensor(
         [[0.5, -0.5, 0.05, 0.0], [0.0, 0.3, 0.0, 0.0], [0.0] * 4, [-0.4, 0.0, 0.0, 0.0]]
     )
-    entropies = torch.tensor([[1.0, 2.0, 3.0, GARBAGE], [0.5, 0.5, GARBAGE, GARBAGE],
-                              [9.0] * 4, [4.0, GARBAGE, GARBAGE, GARBAGE]])  # fmt: skip
+    entropies = torch.tensor(
+        [[1.0, 2.0, 3.0, GARBAGE], [0.5, 0.5, GARBAGE, GARBAGE], [9.0] * 4, [4.0, GARBAGE, GARBAGE, GARBAGE]]
+    )
     trainer = _ppo(training=training, vf_coef=vf_coef, entropy_coef=ent_coef, cliprange_value=clip)
     trainer.current_gradient_accumulation_steps = 2
     trainer._critic_values = lambda critic, batch, batch_size=None: values
     trainer._completion_logps = lambda model, inputs, compute_entropy=False: (logp, entropies)
-    inputs = {"completion_mask": MASK4.clone(), "scorable": torch.tensor([True, True, False, True]),
-              "old_values": old_values, "returns": returns, "advantages": adv, "old_per_token_logps": old}  # fmt: skip
+    inputs = {
+        "completion_mask": MASK4.clone(),
+        "scorable": torch.tensor([True, True, False, True]),
+        "old_values": old_values,
+        "returns": returns,
+        "advantages": adv,
+        "old_per_token_logps": old,
+    }
     loss = trainer._compute_loss(None, inputs)
     m = mask * torch.tensor([1.0, 1.0, 0.0, 1.0])[:, None]
     n = m.sum()
@@ -552,8 +660,15 @@ def test_ppo_loss_terms_with_nonzero_coefficients(vf_coef: float, ent_coef: floa
     assert metrics["ppo/policy_loss"] == pytest.approx([pg.item()], rel=1e-5)
     assert metrics["entropy"] == pytest.approx([ent.item()], rel=1e-5)
     if training:  # the value loss was backpropagated inside: its gradient carries vf_coef / accumulation
-        grad = torch.where((values.detach() - returns) ** 2 >= (v_clipped - returns) ** 2,
-                           values.detach() - returns, torch.zeros_like(returns)) * m / n  # fmt: skip
+        grad = (
+            torch.where(
+                (values.detach() - returns) ** 2 >= (v_clipped - returns) ** 2,
+                values.detach() - returns,
+                torch.zeros_like(returns),
+            )
+            * m
+            / n
+        )
         assert torch.allclose(values.grad, vf_coef * grad / normalizer, atol=1e-6, rtol=0)
 
 
@@ -569,8 +684,13 @@ def test_ppo_critic_warmup_trains_only_the_critic() -> None:
         raise AssertionError("the policy's forward pass runs during the critic warm-up")
 
     trainer._completion_logps = no_policy
-    inputs = {"completion_mask": MASK4.clone(), "scorable": torch.ones(4, dtype=torch.bool),
-              "old_values": zeros, "returns": zeros, "advantages": zeros}  # fmt: skip
+    inputs = {
+        "completion_mask": MASK4.clone(),
+        "scorable": torch.ones(4, dtype=torch.bool),
+        "old_values": zeros,
+        "returns": zeros,
+        "advantages": zeros,
+    }
     loss = trainer._compute_loss(None, inputs)
     # 0.5 * mean over the 10 tokens of V^2 (0.25 on the 4 first tokens), weighted 0.5, over 2 micro-steps.
     assert loss.item() == pytest.approx(0.5 * 0.5 * (4 * 0.25) / 10 / 2)
@@ -584,20 +704,40 @@ def test_ppo_critic_warmup_trains_only_the_critic() -> None:
     assert trainer._metrics["train"]["ppo/critic_warmup"] == [1.0, 0.0]
 
 
-@pytest.mark.parametrize("rollouts, spg, epochs, ga, steps", [(0, 4, 2, 1, 0), (1, 4, 2, 1, 8), (2, 4, 2, 2, 8),
-                                                              (3, 2, 1, 2, 3), (1, 6, 1, 3, 2)])  # fmt: skip
+@pytest.mark.parametrize(
+    "rollouts, spg, epochs, ga, steps",
+    [(0, 4, 2, 1, 0), (1, 4, 2, 1, 8), (2, 4, 2, 2, 8), (3, 2, 1, 2, 3), (1, 6, 1, 3, 2)],
+)
 def test_critic_warmup_steps_are_whole_rollouts(tmp_path, rollouts, spg, epochs, ga, steps) -> None:
-    cfg = PPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", num_generations=2,
-                    per_device_train_batch_size=2, gradient_accumulation_steps=ga, steps_per_generation=spg,
-                    num_iterations=epochs, critic_warmup_rollouts=rollouts)  # fmt: skip
+    cfg = PPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        num_generations=2,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=ga,
+        steps_per_generation=spg,
+        num_iterations=epochs,
+        critic_warmup_rollouts=rollouts,
+    )
     assert cfg.critic_warmup_steps == steps
 
 
 def test_critic_warmup_must_end_on_an_optimizer_step(tmp_path) -> None:
     with pytest.raises(ValueError, match="^critic_warmup_rollouts:"):
-        PPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", num_generations=2,
-                  per_device_train_batch_size=2, gradient_accumulation_steps=2, steps_per_generation=3,
-                  num_iterations=1, critic_warmup_rollouts=1)  # fmt: skip
+        PPOConfig(
+            output_dir=str(tmp_path),
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            num_generations=2,
+            per_device_train_batch_size=2,
+            gradient_accumulation_steps=2,
+            steps_per_generation=3,
+            num_iterations=1,
+            critic_warmup_rollouts=1,
+        )
 
 
 # ---- PKPO -----------------------------------------------------------------------------------------------------
@@ -610,8 +750,14 @@ def test_pkpo_advantages_per_group_and_the_eval_group_size(
     """k is capped by the group size in use: an eval group may be smaller than the training one."""
     per_func = torch.tensor([[1.0, 0.0], [0.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
     _rollout(monkeypatch, _batch())
-    trainer = _fabricated(PKPOTrainer, training=training, num_generations=group, num_generations_eval=eval_group,
-                          args=SimpleNamespace(pkpo_k=k), _last_rewards_per_func=per_func)  # fmt: skip
+    trainer = _fabricated(
+        PKPOTrainer,
+        training=training,
+        num_generations=group,
+        num_generations_eval=eval_group,
+        args=SimpleNamespace(pkpo_k=k),
+        _last_rewards_per_func=per_func,
+    )
     out = trainer._generate_and_score_completions([{}] * 4)
     scalar = torch.tensor([1.0, 0.0, 1.5, 0.5])
     size = group if training else eval_group

@@ -51,9 +51,18 @@ class MethodSpec:
 
 _REINFORCE_HPARAMS = ("baseline", "normalize_advantages", "kl_coef")
 _PPO_HPARAMS = (
-    "critic_learning_rate", "vf_coef", "cliprange_value", "gamma", "lam", "advantage_normalization",
-    "critic_warmup_rollouts", "kl_coef", "epsilon", "num_iterations", "entropy_coef",
-)  # fmt: skip
+    "critic_learning_rate",
+    "vf_coef",
+    "cliprange_value",
+    "gamma",
+    "lam",
+    "advantage_normalization",
+    "critic_warmup_rollouts",
+    "kl_coef",
+    "epsilon",
+    "num_iterations",
+    "entropy_coef",
+)
 
 # Procedure options that only passk's trainers have (the seed's choices, see docs/seed-fidelity.md). A shared
 # budget file may set them; they apply to the methods whose config has them and are reported for every method.
@@ -61,9 +70,15 @@ PROCEDURE_OPTIONS = ("logprob_temperature", "loss_normalization")
 
 # What the GRPO variants' papers change; reported for each of them.
 _GRPO_VARIANT_HPARAMS = (
-    "beta", "epsilon", "epsilon_high", "loss_type", "scale_rewards", "importance_sampling_level",
-    "mask_truncated_completions", "num_iterations",
-)  # fmt: skip
+    "beta",
+    "epsilon",
+    "epsilon_high",
+    "loss_type",
+    "scale_rewards",
+    "importance_sampling_level",
+    "mask_truncated_completions",
+    "num_iterations",
+)
 
 # GRPO's KL coefficient: DeepSeekMath's (Shao et al. 2024, section 4.2: "The KL coefficient is 0.04").
 GRPO_BETA = 0.04

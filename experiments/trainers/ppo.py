@@ -611,9 +611,14 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
         # With vLLM, GRPOTrainer's truncated importance weights π_old / π_vLLM correct for the sampler's numerics,
         # as in GRPO's loss (vllm_importance_sampling_correction).
         pg_loss, pg_stats = ppo_clip_loss(
-            per_token_logps, old_logps, inputs["advantages"], mask, self.epsilon_low, self.epsilon_high,
+            per_token_logps,
+            old_logps,
+            inputs["advantages"],
+            mask,
+            self.epsilon_low,
+            self.epsilon_high,
             weights=inputs.get("importance_sampling_ratio"),
-        )  # fmt: skip
+        )
         entropy = masked_mean(entropies, mask)
         loss = pg_loss + args.vf_coef * vf_loss - args.entropy_coef * entropy
 

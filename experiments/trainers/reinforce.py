@@ -165,7 +165,7 @@ class ReinforceConfig(GRPOConfig):
             raise ValueError(f"kl_coef must be >= 0; got {self.kl_coef}")
         if self.normalize_advantages and self.baseline == "none":
             raise ValueError(
-                "normalize_advantages=True needs a baseline ('group_mean' or 'rloo'), not 'none'"
+                "normalize_advantages=True needs a baseline ('batch_mean', 'group_mean' or 'rloo'), not 'none'"
             )
         if self.beta not in (0.0, self.kl_coef):
             raise ValueError(
@@ -304,16 +304,7 @@ class ReinforceTrainer(GRPOSeamsMixin, GRPOTrainer):
             advantages[scorable].std().item() if scorable.sum() > 1 else 0.0
         )
 
-        # GRPO logged its own advantages for the completions table; show ours instead.
-        logged = self._logs["advantages"]
-        for _ in range(min(len(advantages), len(logged))):
-            logged.pop()
-        logged.extend(advantages.tolist())
-
-        n_local = len(inputs)
-        start = self.accelerator.process_index * n_local
-        out["advantages"] = advantages[start : start + n_local].to(out["completion_ids"].device)
-        return out
+        return self._set_advantages(out, advantages)
 
     # ---- seam 2: the loss --------------------------------------------------------------------------------------
     def _compute_loss(self, model, inputs):
