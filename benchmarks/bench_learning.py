@@ -3,6 +3,8 @@
     python benchmarks/bench_learning.py --prompts 1200 --seeds 0 1        # the committed results
     python benchmarks/bench_learning.py --prompts 1200 --seeds 0 1 --methods ppo --ppo-steps-per-generation 5
     python benchmarks/bench_learning.py --prompts 160 --seeds 0 --methods grpo ppo --out runs/quick
+    python benchmarks/bench_learning.py --final-samples 64 --seeds 0 --out runs/a   # coverage curves, k = 1 ... 64
+    python benchmarks/bench_learning.py --merge runs/a runs/b --out runs/ab          # two jobs' runs, one report
 
 The longer version of tests/test_learning.py: the same warm-started model (95 SFT steps), recipe
 (`experiments.task_recipe.RL_DEFAULTS`), reward (`rewards.unit_test_reward`) and family split (no held-out body in
@@ -12,9 +14,12 @@ counted by `experiments.budget.SampleLog`.
 
 - Curves: every `--eval-every` fresh prompts the policy is scored on `--curve-problems` held-out problems (2
   samples at T=1 and one greedy completion each), drawn against the fresh prompts sampled so the methods line up.
-- Final: the warm start and every trained policy are scored on `--final-problems` held-out problems (4 samples at
-  T=1, pass@1 and pass@4, greedy pass@1, the policy's entropy); a two-proportion z (sampled) and an exact sign
-  test (greedy) compare each run with the warm start.
+- Final: the warm start and every trained policy are scored on `--final-problems` held-out problems
+  (`--final-samples` at T=1, 4 by default; pass@k for k = 1, 2, 4, ..., n, greedy pass@1, the policy's entropy); a
+  two-proportion z (sampled) and an exact sign test (greedy) compare each run with the warm start. With many
+  samples the report draws the coverage curves (pass@k against k).
+- Two jobs at a time: run each on its own `--out` (say one seed each), then `--merge` their outs into one
+  learning.json, plots and report.
 - Each run is written as a passk run directory (run.json with the counted budget and the method's
   hyperparameters, eval_before.json, eval_after.json, trainer_state.json) under `<out>/runs/`, and
   `experiments.report.write_report` pools the seeds and compares every pair of methods, paired on problems, in
@@ -35,7 +40,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-FINAL_EVAL = {"n_samples": 4, "ks": (1, 4)}  # over experiments.task_recipe.HELDOUT_EVAL
 CURVE_EVAL = {"n_samples": 2, "ks": (1,)}
 
 
@@ -47,6 +51,9 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=200, help="fresh prompts between curve points")
     parser.add_argument("--curve-problems", type=int, default=250)
     parser.add_argument("--final-problems", type=int, default=500)
+    parser.add_argument(
+        "--final-samples", type=int, default=4, help="samples per problem of the final scores"
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
         "--ppo-steps-per-generation",
@@ -56,9 +63,19 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench_learning")
     parser.add_argument("--plot-only", action="store_true", help="redraw the PNGs from <out>/learning.json")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        default=None,
+        help="outs of earlier runs: one learning.json and report",
+    )
     args = parser.parse_args()
     if args.plot_only:
         plot(json.loads((args.out / "learning.json").read_text()), args.out)
+        return
+    if args.merge:
+        merge(args.merge, args.out)
         return
 
     import torch
@@ -69,7 +86,7 @@ def main() -> None:
 
     import rewards
     from experiments.budget import SampleLog, generation_shape
-    from experiments.report import console_table, write_report
+    from experiments.stats import coverage_ks
     from experiments.task_recipe import greedy_sign_test, heldout_score, rl_config, two_proportion_z
     from experiments.tasks import heldout_rows, train_rows
     from experiments.trainers import METHODS, method_hparams
@@ -81,8 +98,9 @@ def main() -> None:
     warm = sft_warm_start(task_model_path(), args.out / "warm_start", seed=0)
     tokenizer = AutoTokenizer.from_pretrained(warm)
     curve_rows, final_rows = heldout_rows(args.curve_problems), heldout_rows(args.final_problems)
+    final_eval = {"n_samples": args.final_samples, "ks": tuple(coverage_ks(args.final_samples))}
     base = AutoModelForCausalLM.from_pretrained(warm)
-    before = heldout_score(base, tokenizer, final_rows, **FINAL_EVAL)
+    before = heldout_score(base, tokenizer, final_rows, **final_eval)
     before_curve = heldout_score(base, tokenizer, curve_rows, **CURVE_EVAL)
     print(
         f"warm start: sampled {before.passed}/{before.n}, greedy {before.greedy_passed}/{before.problems}",
@@ -136,7 +154,7 @@ def main() -> None:
             trainer.train()
             seconds = time.perf_counter() - t0
             steps = trainer.state.global_step
-            after = heldout_score(trainer.model, tokenizer, final_rows, **FINAL_EVAL)
+            after = heldout_score(trainer.model, tokenizer, final_rows, **final_eval)
             end = heldout_score(trainer.model, tokenizer, curve_rows, **CURVE_EVAL)
             budget = {**log.totals(), "optimizer_steps": steps, **shape}  # the shape: the report's x-axis
             curve.points.append((budget["fresh_prompts"], end.rate, end.greedy_rate))
@@ -169,12 +187,45 @@ def main() -> None:
             )
             (args.out / "learning.json").write_text(json.dumps(results, indent=1))
     plot(results, args.out)
-    title = (
-        f"Learning on unseen problems: {args.prompts} fresh prompts, seeds {', '.join(map(str, args.seeds))}"
-    )
-    report = write_report(run_dirs, args.out / "report", title=title)
+    _write_report(run_dirs, args.out, results["settings"])
+
+
+def _write_report(run_dirs: list[Path], out: Path, settings: dict) -> None:
+    from experiments.report import console_table, write_report
+
+    seeds = ", ".join(dict.fromkeys(str(json.loads((d / "run.json").read_text())["seed"]) for d in run_dirs))
+    title = f"Learning on unseen problems: {settings['prompts']} fresh prompts, seeds {seeds}"
+    report = write_report(run_dirs, out / "report", title=title)
     print(console_table(json.loads(report.with_suffix(".json").read_text())))
     print(f"report: {report}")
+
+
+def merge(outs: list[Path], out: Path) -> None:
+    """One learning.json, its plots and one report from the runs of several outs (jobs run side by side), which
+    must share their settings but the seeds and methods, and their warm start's scores."""
+    parts = [json.loads((o / "learning.json").read_text()) for o in outs]
+    own = {"seeds", "methods", "out"}
+    first = {k: v for k, v in parts[0]["settings"].items() if k not in own}
+    for o, part in zip(outs[1:], parts[1:]):
+        theirs = {k: v for k, v in part["settings"].items() if k not in own}
+        if theirs != first or part["before"] != parts[0]["before"]:
+            raise SystemExit(f"--merge: {o} ran with other settings or another warm start than {outs[0]}")
+    runs = [run for part in parts for run in part["runs"]]
+    settings = first | {
+        "seeds": str(sorted({run["seed"] for run in runs})),
+        "methods": str(list(dict.fromkeys(run["method"] for run in runs))),
+        "merged_from": [str(o) for o in outs],
+    }
+    results = {"settings": settings, "before": parts[0]["before"], "runs": runs}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "learning.json").write_text(json.dumps(results, indent=1))
+    plot(results, out)
+    run_dirs = [
+        o / "runs" / f"{run['method']}-seed{run['seed']}"
+        for o in outs
+        for run in json.loads((o / "learning.json").read_text())["runs"]
+    ]
+    _write_report(run_dirs, out, settings)
 
 
 def _score_dict(score) -> dict:
