@@ -7,10 +7,10 @@
     python benchmarks/bench_learning.py --merge runs/a runs/b --out runs/ab          # two jobs' runs, one report
 
 The longer version of tests/test_learning.py: the same warm-started model (95 SFT steps), recipe
-(`experiments.task_recipe.RL_DEFAULTS`), reward (`rewards.unit_test_reward`) and family split (no held-out body in
+(`experiments.learnable.recipe.RL_DEFAULTS`), reward (`rewards.unit_test_reward`) and family split (no held-out body in
 training). Every method samples the same `--prompts` fresh prompts, 8 completions each, in generation batches of
-8 prompts (`experiments.budget.derive_max_steps`: a one-epoch method takes one optimizer step per batch, PPO two),
-counted by `experiments.budget.SampleLog`.
+8 prompts (`experiments.run.budget.derive_max_steps`: a one-epoch method takes one optimizer step per batch, PPO two),
+counted by `experiments.run.budget.SampleLog`.
 
 - Curves: every `--eval-every` fresh prompts the policy is scored on `--curve-problems` held-out problems (2
   samples at T=1 and one greedy completion each), drawn against the fresh prompts sampled so the methods line up.
@@ -85,13 +85,13 @@ def main() -> None:
     from transformers.trainer_callback import PrinterCallback
 
     import rewards
-    from experiments.budget import SampleLog, generation_shape
-    from experiments.stats import coverage_ks
-    from experiments.task_recipe import greedy_sign_test, heldout_score, rl_config, two_proportion_z
-    from experiments.tasks import heldout_rows, train_rows
+    from experiments.evaluation.stats import coverage_ks
+    from experiments.learnable.recipe import greedy_sign_test, heldout_score, rl_config, two_proportion_z
+    from experiments.learnable.tasks import heldout_rows, train_rows
+    from experiments.learnable.warm_start import WARM_START_STEPS, task_model_path
+    from experiments.learnable.warm_start import warm_start as sft_warm_start
+    from experiments.run.budget import SampleLog, generation_shape
     from experiments.trainers import METHODS, method_hparams
-    from experiments.warm_start import WARM_START_STEPS, task_model_path
-    from experiments.warm_start import warm_start as sft_warm_start
 
     methods = args.methods or list(METHODS)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -244,7 +244,7 @@ def fresh_at(log, step: int) -> int:
 
 def _write_run_dir(run_dir: Path, trainer, run: dict, before, after) -> None:
     """The files `experiments.report` reads, as `passk train` writes them."""
-    from experiments.warm_start import WARM_START_STEPS
+    from experiments.learnable.warm_start import WARM_START_STEPS
 
     run_dir.mkdir(parents=True, exist_ok=True)
     trainer.save_state()  # trainer_state.json with the per-step log

@@ -67,7 +67,7 @@ def worker(args: argparse.Namespace) -> dict:
     from transformers.trainer_callback import PrinterCallback
 
     import rewards
-    from experiments.tasks import train_rows
+    from experiments.learnable.tasks import train_rows
     from experiments.trainers import METHODS, build_config
 
     method, overrides = VARIANTS[args.worker]
@@ -197,7 +197,7 @@ def main() -> None:
         Path(args.json_out).write_text(json.dumps(worker(args)))
         return
 
-    from experiments.warm_start import task_model_path
+    from experiments.learnable.warm_start import task_model_path
 
     model = str(
         task_model_path(

@@ -11,7 +11,7 @@ generation (`_generate_single_turn`), rewards (`_calculate_rewards`: the sandbox
 forward and the policy's log-probabilities (`_get_per_token_logps_and_entropies` on the reference model, inside the
 loss, or without gradient), PPO's critic (`_critic_values`), the backward pass (`accelerator.backward`) and the
 optimizer step. The first step warms up (allocator, oneDNN primitives) and is reported apart; the figures are the
-mean of the later steps. An evaluation is `experiments.evaluation.evaluate_model` on 100 held-out problems of the
+mean of the later steps. An evaluation is `experiments.evaluation.evaluate.evaluate_model` on 100 held-out problems of the
 learnable task x 4 samples + 1 greedy, 64 new tokens, with the budget's evaluation settings.
 
 What is measured: wall time and the process's CPU time (user + sys of all its threads, from `resource`); the
@@ -24,7 +24,7 @@ command line (`--set key=value`).
 
 `--what kernels` times the choices behind the settings on SmolLM2 itself: float32 vs bfloat16 matmuls (this
 CPU has no bfloat16 instructions), decoding cost per row by batch size, the dynamic vs the static KV cache, and
-top-p by sorting the vocabulary (transformers' warper) vs `experiments.evaluation._TopP`.
+top-p by sorting the vocabulary (transformers' warper) vs `experiments.evaluation.evaluate._TopP`.
 
 Writes `--out` (JSON: every round, every phase, the settings and the machine) and prints a line per round.
 """
@@ -103,20 +103,20 @@ class Phases:
 
 
 def _parse(method: str, extra: list[str]) -> tuple[Any, Any]:
-    from experiments.argv import parse_config
-    from experiments.config import config_path
+    from experiments.run.argv import parse_config
+    from experiments.run.config import config_path
 
     return parse_config([str(config_path(BUDGET)), "--method", method, *extra])
 
 
 def worker_step(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
-    """Build the trainer as experiments.train.run does and time `args.steps` optimizer steps by phase."""
+    """Build the trainer as experiments.run.train.run does and time `args.steps` optimizer steps by phase."""
     import torch
     from transformers import AutoTokenizer, TrainerCallback
 
-    from experiments import train as runner
-    from experiments.data import DataSpec
-    from experiments.reward_funcs import RewardSpec
+    from experiments.inputs.data import DataSpec
+    from experiments.inputs.reward_funcs import RewardSpec
+    from experiments.run import train as runner
 
     out_dir = tempfile.mkdtemp(prefix="bench-smollm2-")
     exp, cfg = _parse(
@@ -143,7 +143,7 @@ def worker_step(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     model_path = runner.starting_model(exp.model, exp.warm_start_steps, seed=exp.split_seed)
     runner.apply_model_sampling(exp, cfg, model_path)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    from experiments.config import method_spec
+    from experiments.run.config import method_spec
 
     t_build = time.perf_counter()
     trainer = method_spec(exp.method).trainer_cls(
@@ -224,9 +224,9 @@ def worker_eval(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]:
     """One `evaluate_model` of the budget's evaluation on EVAL_PROBLEMS held-out problems."""
     import torch
 
-    from experiments import train as runner
-    from experiments.data import DataSpec
-    from experiments.evaluation import eval_kwargs, evaluate_model
+    from experiments.evaluation.evaluate import eval_kwargs, evaluate_model
+    from experiments.inputs.data import DataSpec
+    from experiments.run import train as runner
 
     exp, cfg = _parse(args.method, ["--n_eval", str(EVAL_PROBLEMS), *extra])
     runner.setup_torch(exp, cfg)
@@ -259,9 +259,9 @@ def worker_kernels(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TemperatureLogitsWarper, TopPLogitsWarper
 
-    from experiments import train as runner
-    from experiments.data import DataSpec
-    from experiments.evaluation import _TopP
+    from experiments.evaluation.evaluate import _TopP
+    from experiments.inputs.data import DataSpec
+    from experiments.run import train as runner
 
     exp, cfg = _parse(args.method, extra)
     runner.setup_torch(exp, cfg)
@@ -290,7 +290,7 @@ def worker_kernels(args: argparse.Namespace, extra: list[str]) -> dict[str, Any]
 
     # Decoding and top-p on the budget's own evaluation prompts (chat, ~110 tokens): the model's next-token
     # distributions on them are as sharp as in an evaluation, which random token ids would not give.
-    from experiments.evaluation import _prompt_ids
+    from experiments.evaluation.evaluate import _prompt_ids
 
     tokenizer = AutoTokenizer.from_pretrained(
         runner.starting_model(exp.model, exp.warm_start_steps, seed=exp.split_seed)

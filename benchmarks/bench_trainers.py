@@ -97,13 +97,13 @@ def worker(args: argparse.Namespace) -> dict:
     from transformers.trainer_callback import PrinterCallback
 
     import rewards
-    from experiments.tasks import train_rows
+    from experiments.learnable.tasks import train_rows
     from experiments.trainers import METHODS, build_config
 
     method, overrides = VARIANTS[args.worker]
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     if args.data == "humaneval":
-        from experiments.data import load_humaneval, split_dataset, to_rl_rows
+        from experiments.inputs.data import load_humaneval, split_dataset, to_rl_rows
 
         dataset = to_rl_rows(split_dataset(load_humaneval(), 50, 30, seed=0)["train"], style="completion")
     else:
@@ -331,11 +331,11 @@ def main() -> None:
         return
 
     if args.model_name:
-        from experiments.models import resolve_model
+        from experiments.inputs.models import resolve_model
 
         model = resolve_model(args.model_name)
     else:
-        from experiments.warm_start import task_model_path
+        from experiments.learnable.warm_start import task_model_path
 
         model = str(task_model_path(seed=args.seed, hidden_size=args.hidden, num_layers=args.layers))
     methods = ["grpo", *[m for m in args.methods if m != "grpo"]]

@@ -9,7 +9,7 @@ The model is Qwen2.5-Coder-1.5B-Instruct's architecture (Qwen2: hidden 1536, 28 
 MLP 8960, vocab 151936, tied embeddings; 1.54B parameters) with random weights, built from its config in bf16;
 the tokenizer is passk's offline 512-token BPE. Random weights never emit EOS, so every completion runs to
 max_completion_length: the throughput is a worst case and the same for every method. Each method goes through
-the real runner (`experiments.train.run`) with the GPU throughput config (`experiments/configs/throughput.yaml`:
+the real runner (`experiments.run.train.run`) with the GPU throughput config (`experiments/configs/throughput.yaml`:
 bf16, 32 completions of 128 tokens per optimizer step, 16 steps per generation, so one `generate` samples 512),
 no evaluation and no saving.
 
@@ -204,7 +204,7 @@ def build_model(root: Path, tiny: bool, cpu: bool, layers: int | None = None) ->
     import torch
     from transformers import AutoTokenizer, GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
-    from experiments.models import tiny_model_path
+    from experiments.inputs.models import tiny_model_path
 
     tiny_dir = tiny_model_path()
     if tiny:
@@ -240,7 +240,7 @@ def build_model(root: Path, tiny: bool, cpu: bool, layers: int | None = None) ->
 def sandbox_rate(n_programs: int) -> dict:
     """Programs/s of the unit-test reward on HumanEval canonical solutions (all should pass)."""
     import rewards
-    from experiments.data import load_humaneval
+    from experiments.inputs.data import load_humaneval
 
     ds = load_humaneval()
     rows = [ds[i % len(ds)] for i in range(n_programs)]
@@ -317,8 +317,8 @@ def measure(a: argparse.Namespace, method: str, model: str, root: Path, timer: G
     """Train `method` for `--cycles` generation cycles; its step times, generation rate and peak memory."""
     import torch
 
-    from experiments.argv import parse_config
-    from experiments.train import run
+    from experiments.run.argv import parse_config
+    from experiments.run.train import run
 
     out_dir = root / "runs" / method
     _, cfg = parse_config(run_argv(a, method, model, out_dir))
@@ -452,8 +452,8 @@ def main(argv: list[str] | None = None) -> int:
             results["gpu"] = torch.cuda.get_device_name(0)
             print(f"gpu: {results['gpu']}, torch {torch.__version__}", flush=True)
 
-        from experiments.argv import parse_config
-        from experiments.train import run
+        from experiments.run.argv import parse_config
+        from experiments.run.train import run
         from experiments.trainers import METHODS
 
         methods = a.methods.split(",") if a.methods else list(METHODS)

@@ -46,11 +46,11 @@ TARGETS: dict[str, dict] = {
     "estimators": {
         "paths": ["experiments/trainers/estimators.py"],
         "definitions": None,
-        "before": ["tests/test_estimators.py"],
-        "after": ["tests/test_estimator_properties.py"],
+        "before": ["tests/trainers/test_estimators.py"],
+        "after": ["tests/trainers/test_estimator_properties.py"],
     },
     "evaluation": {
-        "paths": ["experiments/stats.py", "experiments/evaluation.py"],
+        "paths": ["experiments/evaluation/stats.py", "experiments/evaluation/evaluate.py"],
         # The statistics and the scoring of evaluate_model; generation and the callback have their own tests.
         "definitions": [
             "pass_at_k",
@@ -68,8 +68,11 @@ TARGETS: dict[str, dict] = {
             "summarize",
             "evaluate_model",
         ],
-        "before": ["tests/test_evaluation.py", "tests/test_evaluation_model.py"],
-        "after": ["tests/test_statistics_meaning.py", "tests/test_estimator_properties.py"],
+        "before": ["tests/evaluation/test_evaluation.py", "tests/evaluation/test_evaluation_model.py"],
+        "after": [
+            "tests/evaluation/test_statistics_meaning.py",
+            "tests/trainers/test_estimator_properties.py",
+        ],
     },
     "report": {
         "paths": ["experiments/report/analysis.py"],
@@ -84,20 +87,24 @@ TARGETS: dict[str, dict] = {
             "_comparison",
             "build_report",
         ],
-        "before": ["tests/test_report.py"],
-        "after": ["tests/test_statistics_meaning.py"],
+        "before": ["tests/report/test_report.py"],
+        "after": ["tests/evaluation/test_statistics_meaning.py"],
     },
     "config": {
-        "paths": ["experiments/validation.py"],
+        "paths": ["experiments/run/validation.py"],
         "definitions": ["validate", "_generation_batch", "_world_size", "apply_budget"],
-        "before": ["tests/test_config.py"],
-        "after": ["tests/test_validation_boundaries.py"],
+        "before": ["tests/run/test_config.py"],
+        "after": ["tests/run/test_validation_boundaries.py"],
     },
     "rewards": {
         "paths": ["rewards"],
         "definitions": None,
-        "before": ["tests/test_rewards.py", "tests/test_extraction.py", "tests/test_rewards_mapping.py"],
-        "after": ["tests/test_rewards_workers.py"],
+        "before": [
+            "tests/rewards/test_rewards.py",
+            "tests/rewards/test_extraction.py",
+            "tests/rewards/test_rewards_mapping.py",
+        ],
+        "after": ["tests/rewards/test_rewards_workers.py"],
     },
     # Issue 32's modules: every mutant (--sample 0), each against its fast, sandbox-free tests (the stdio rewards
     # start one small sandbox per run); the slower end-to-end files that also cover them are not run per mutant.
@@ -105,31 +112,31 @@ TARGETS: dict[str, dict] = {
         "paths": ["sandbox/formats.py"],
         "definitions": None,
         "before": [],
-        "after": ["tests/test_formats_shapes.py"],
+        "after": ["tests/sandbox/test_formats_shapes.py"],
     },
     "verdicts": {
         "paths": ["sandbox/verdicts.py"],
         "definitions": None,
         "before": [],
-        "after": ["tests/test_verdicts_edges.py"],
+        "after": ["tests/sandbox/test_verdicts_edges.py"],
     },
     "extraction": {
         "paths": ["rewards/extraction.py"],
         "definitions": None,
-        "before": ["tests/test_extraction.py"],
-        "after": ["tests/test_extraction_chat.py"],
+        "before": ["tests/rewards/test_extraction.py"],
+        "after": ["tests/rewards/test_extraction_chat.py"],
     },
     "code_rewards": {
         "paths": ["rewards/code_rewards.py"],
         "definitions": None,
         "before": [],
-        "after": ["tests/test_rewards_columns.py"],
+        "after": ["tests/rewards/test_rewards_columns.py"],
     },
     "budget": {
-        "paths": ["experiments/budget.py"],
+        "paths": ["experiments/run/budget.py"],
         "definitions": None,
         "before": [],
-        "after": ["tests/test_budget_edges.py"],
+        "after": ["tests/run/test_budget_edges.py"],
     },
     "sandbox_verdict": {
         "paths": ["sandbox/_zygote/judge.py", "sandbox/_zygote/__init__.py"],
@@ -143,8 +150,8 @@ TARGETS: dict[str, dict] = {
             "judge_exec",
             "run_task",
         ],
-        "before": ["tests/test_sandbox.py"],
-        "after": ["tests/test_sandbox_verdicts.py"],
+        "before": ["tests/sandbox/test_sandbox.py"],
+        "after": ["tests/sandbox/test_sandbox_verdicts.py"],
     },
 }
 SKIP_OPERATORS = ("BitOr", "BitAnd", "BitXor", "LShift", "RShift", "_Pow", "_Mod", "Binary_Pow")

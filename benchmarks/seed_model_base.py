@@ -30,7 +30,7 @@ def probe_dtype(path: str, threads: int) -> dict[str, Any]:
     """Seconds per decode step (batch 21, after a 16-token prefill) in bfloat16 and float32; the faster wins."""
     import torch
 
-    from experiments.models import load_model_and_tokenizer
+    from experiments.inputs.models import load_model_and_tokenizer
 
     torch.set_num_threads(threads)
     seconds: dict[str, float] = {}
@@ -51,9 +51,9 @@ def probe_dtype(path: str, threads: int) -> dict[str, Any]:
 def run_chunks(args: argparse.Namespace, out: Path) -> None:
     import torch
 
-    from experiments.data import load_humaneval, split_dataset, to_rl_rows
-    from experiments.evaluation import evaluate_model
-    from experiments.models import load_model_and_tokenizer, model_source, resolve_model
+    from experiments.evaluation.evaluate import evaluate_model
+    from experiments.inputs.data import load_humaneval, split_dataset, to_rl_rows
+    from experiments.inputs.models import load_model_and_tokenizer, model_source, resolve_model
 
     path = resolve_model(args.model)
     probe_file = out / "probe.json"
@@ -107,7 +107,7 @@ def run_chunks(args: argparse.Namespace, out: Path) -> None:
 
 
 def summarize(out: Path, args: argparse.Namespace) -> dict[str, Any]:
-    from experiments.stats import Estimate, pass_at_k_per_problem
+    from experiments.evaluation.stats import Estimate, pass_at_k_per_problem
 
     def load(part: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         chunks = [json.loads(f.read_text()) for f in sorted((out / "chunks").glob(f"{part}_*.json"))]

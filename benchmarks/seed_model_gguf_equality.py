@@ -20,9 +20,9 @@ import gguf as gguf_lib
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from experiments.data import load_humaneval, split_dataset
-from experiments.gguf_parts import PARTED_MODELS, assemble_gguf
-from experiments.models import parted_model_path
+from experiments.inputs.data import load_humaneval, split_dataset
+from experiments.inputs.gguf_parts import PARTED_MODELS, assemble_gguf
+from experiments.inputs.models import parted_model_path
 
 
 def main(name: str, n_prompts: int, max_new: int, out: str) -> None:

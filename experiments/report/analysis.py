@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.report.runs import Run, fresh_prompts_at, load_run, run_label, zero_std_after_kl
-from experiments.stats import (
+from experiments.evaluation.stats import (
     bootstrap_ci,
     bootstrap_p_value,
     coverage_ks,
@@ -26,6 +25,7 @@ from experiments.stats import (
     pass_at_k_per_problem,
     percentile_interval,
 )
+from experiments.report.runs import Run, fresh_prompts_at, load_run, run_label, zero_std_after_kl
 
 # (log_history key, file stem, plot title, y label)
 CURVES: tuple[tuple[str, str, str, str], ...] = (
@@ -513,7 +513,7 @@ def _task(config: Mapping[str, Any]) -> str | None:
     n_train, n_eval = config.get("n_train"), config.get("n_eval")
     if dataset == "learnable":
         return (
-            f"the learnable synthetic task (experiments.tasks), not HumanEval: one-line Python functions, each "
+            f"the learnable synthetic task (experiments.learnable.tasks), not HumanEval: one-line Python functions, each "
             f"checked by four asserts; {n_train} training problems, {n_eval} evaluation problems from "
             "families (expected bodies) that training never shows"
         )

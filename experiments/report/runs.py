@@ -83,7 +83,7 @@ def _safetensors_parameters(run_dir: Path) -> int | None:
 
 def _sample_log(run_dir: Path) -> list[tuple[int, int]] | None:
     """(the step each generation batch was sampled at, its fresh prompts) from `sampled_prompts.jsonl`
-    (experiments.budget), or None without it."""
+    (experiments.run.budget), or None without it."""
     path = run_dir / "sampled_prompts.jsonl"
     if not path.is_file():
         return None

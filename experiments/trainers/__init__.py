@@ -19,6 +19,7 @@ from .ppo import PPOConfig, PPOTrainer
 from .reinforce import ReinforceConfig, ReinforceTrainer
 
 __all__ = [
+    "CPU_ARGS",
     "METHODS",
     "MethodSpec",
     "ORIGINAL_METHODS",
@@ -33,6 +34,17 @@ __all__ = [
     "method_hparams",
     "PROCEDURE_OPTIONS",
 ]
+
+# What a scripted CPU run of any trainer sets (the learnable task, the warm start, the tests): TRL's defaults, bf16
+# and activation checkpointing, are for GPUs; such a run writes no TensorBoard logs, checkpoints or progress bars.
+CPU_ARGS: dict[str, Any] = {
+    "use_cpu": True,
+    "bf16": False,
+    "activation_checkpointing": False,
+    "report_to": "none",
+    "save_strategy": "no",
+    "disable_tqdm": True,
+}
 
 
 @dataclass(frozen=True)

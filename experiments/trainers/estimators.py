@@ -1,10 +1,10 @@
 """Policy-gradient estimators as small pure torch functions.
 
 Every trainer in `experiments.trainers` computes its advantages and losses with these functions, and
-`tests/test_estimators.py` pins them with the hand-checkable numbers of the RL Fundamentals chapter (two-armed
+`tests/trainers/test_estimators.py` pins them with the hand-checkable numbers of the RL Fundamentals chapter (two-armed
 bandit, GAE limits, PPO clip cases) and against the seed experiment's loop implementation of RLOO (both documents:
 docs/provenance.md). The pass@k objective (`max_at_k_estimate`, `pkpo_advantages`) is pinned against brute-force
-enumeration of every k-subset by `tests/test_passk_objective.py`.
+enumeration of every k-subset by `tests/trainers/test_passk_objective.py`.
 
 Conventions:
 - `rewards` are one scalar per completion, laid out group by group: `rewards.view(-1, group_size)` gives one

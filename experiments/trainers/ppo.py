@@ -34,7 +34,7 @@ AdamW states; it must never hold anything more that grows with the batch:
   whitening work on (B, T) scalars;
 - in the update, the value loss is backpropagated through the critic before the policy's forward pass, so the
   activations of only one backbone are alive at a time (the parameters are disjoint, so the gradients are the
-  same as those of one backward pass through the summed loss; `tests/test_ppo_memory.py` checks it);
+  same as those of one backward pass through the summed loss; `tests/trainers/test_ppo_memory.py` checks it);
 - the critic is in the policy's dtype: pure bf16 when the policy is loaded in bf16 (2 + 2 + 4 bytes per
   parameter for weights, gradients and AdamW states; ~12 GB at 1.5B), or fp32 master weights with bf16 compute
   when the policy is loaded in fp32 under `bf16: true` (accelerate's autocast; 16 bytes per parameter, ~25 GB),
@@ -154,7 +154,7 @@ class PPOConfig(GRPOConfig):
     `generation_batch_size` is set, PPOConfig sets `steps_per_generation` to `ROLLOUT_MINIBATCHES` (4) x
     `gradient_accumulation_steps`, CleanRL's `num_minibatches = 4` and verl's default 1024-prompt train batch
     over 256-prompt minibatches. A rollout then holds 4x the prompts of one optimizer step, so that the
-    normalisation sees many prompts; the budget's accounting is unchanged (`experiments.budget`).
+    normalisation sees many prompts; the budget's accounting is unchanged (`experiments.run.budget`).
 
         > Parameters that control the KL penalty and the entropy bonus
 

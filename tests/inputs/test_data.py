@@ -1,0 +1,228 @@
+"""Tests for experiments.inputs.data: loading HumanEval, the pinned split, and RL rows."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+
+import pytest
+
+from experiments.inputs.data import (
+    DEFAULT_INSTRUCTION,
+    HUMANEVAL_COLUMNS,
+    DataError,
+    load_humaneval,
+    split_dataset,
+    to_rl_rows,
+)
+
+# Seed 0, defaults (50 / 30 / 84). A change here means every reported number changes meaning: only update
+# these together with a note in the changelog.
+PINNED_TRAIN_HEAD = [
+    "HumanEval/1",
+    "HumanEval/2",
+    "HumanEval/6",
+    "HumanEval/14",
+    "HumanEval/21",
+    "HumanEval/24",
+    "HumanEval/25",
+    "HumanEval/32",
+]
+PINNED_EVAL_HEAD = [
+    "HumanEval/26",
+    "HumanEval/39",
+    "HumanEval/45",
+    "HumanEval/54",
+    "HumanEval/57",
+    "HumanEval/63",
+    "HumanEval/64",
+    "HumanEval/71",
+]
+PINNED_DIGESTS = {  # sha256 of ",".join(task ids of the split)
+    "train": "4add444697c08c36a894f12f690a076721fccc98c78e74b1011f0cd721167373",
+    "eval": "02bdbed8502fba114d678402ed9f50c812659d09ca1ab99e240858b15796e40e",
+    "heldout": "ed65aa0190840ea823f10be8727be3550b5ad3b295afcbdda16c78aece970ad3",
+}
+
+
+def _write_jsonl(path, rows, gz=False):
+    opener = gzip.open if gz else open
+    with opener(path, "wt", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+def test_bundled_humaneval_has_164_rows_and_columns(humaneval):
+    assert len(humaneval) == 164
+    assert humaneval.column_names == list(HUMANEVAL_COLUMNS)
+    assert humaneval[0]["task_id"] == "HumanEval/0"
+    assert humaneval[163]["task_id"] == "HumanEval/163"
+    assert all(humaneval["test"]) and all(humaneval["entry_point"])
+    assert "def check(candidate)" in humaneval[0]["test"]
+    assert humaneval[0]["entry_point"] == "has_close_elements"
+
+
+def test_split_is_pinned_and_repeatable(humaneval):
+    a = split_dataset(humaneval, seed=0)
+    b = split_dataset(humaneval, seed=0)
+    assert {k: len(v) for k, v in a.items()} == {"train": 50, "eval": 30, "heldout": 84}
+    for name in ("train", "eval", "heldout"):
+        assert a[name]["task_id"] == b[name]["task_id"]
+        digest = hashlib.sha256(",".join(a[name]["task_id"]).encode()).hexdigest()
+        assert digest == PINNED_DIGESTS[name], name
+    assert a["train"]["task_id"][:8] == PINNED_TRAIN_HEAD
+    assert a["eval"]["task_id"][:8] == PINNED_EVAL_HEAD
+
+
+def test_split_follows_the_documented_hash_rule(humaneval):
+    seed = 7
+    ranked = sorted(humaneval["task_id"], key=lambda t: hashlib.sha256(f"{seed}:{t}".encode()).hexdigest())
+    split = split_dataset(humaneval, n_train=10, n_eval=5, seed=seed)
+    assert set(split["train"]["task_id"]) == set(ranked[:10])
+    assert set(split["eval"]["task_id"]) == set(ranked[10:15])
+    # rows keep the dataset's order inside a split
+    order = {t: i for i, t in enumerate(humaneval["task_id"])}
+    assert split["heldout"]["task_id"] == sorted(ranked[15:], key=order.__getitem__)
+
+
+def test_split_sizes_disjoint_and_seed_dependent(humaneval):
+    split = split_dataset(humaneval, n_train=20, n_eval=10, seed=3)
+    ids = {k: set(v["task_id"]) for k, v in split.items()}
+    assert [len(ids[k]) for k in ("train", "eval", "heldout")] == [20, 10, 134]
+    assert (
+        not ids["train"] & ids["eval"]
+        and not ids["train"] & ids["heldout"]
+        and not ids["eval"] & ids["heldout"]
+    )
+    assert ids["train"] | ids["eval"] | ids["heldout"] == set(humaneval["task_id"])
+    assert split["train"].column_names == humaneval.column_names
+    other = split_dataset(humaneval, n_train=20, n_eval=10, seed=4)
+    assert set(other["train"]["task_id"]) != ids["train"]
+    everything = split_dataset(humaneval, n_train=164, n_eval=0)
+    assert len(everything["train"]) == 164 and len(everything["eval"]) == len(everything["heldout"]) == 0
+
+
+def test_split_rejects_sizes_beyond_the_data(humaneval):
+    with pytest.raises(DataError, match="exceeds the 164 rows"):
+        split_dataset(humaneval, n_train=150, n_eval=30)
+    with pytest.raises(DataError, match=">= 0"):
+        split_dataset(humaneval, n_train=-1)
+
+
+@pytest.mark.parametrize("column", ["test", "entry_point"])
+@pytest.mark.parametrize("how", ["empty", "missing_value", "missing_column"])
+def test_rows_without_test_or_entry_point_fail_naming_row_and_column(humaneval, tmp_path, column, how):
+    rows = humaneval.select(range(5)).to_list()
+    bad = 0 if how == "missing_value" else 3  # row 0: the loader must not take the first row's keys as schema
+    if how == "empty":
+        rows[bad][column] = "  "
+    elif how == "missing_value":
+        del rows[bad][column]
+    else:
+        for row in rows:
+            del row[column]
+    path = tmp_path / "bad.jsonl"
+    _write_jsonl(path, rows)
+    with pytest.raises(DataError) as info:
+        load_humaneval(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert repr(column) in message
+    if how != "missing_column":
+        assert f"row {bad} " in message and f"HumanEval/{bad}'" in message
+    else:
+        assert "missing" in message
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".parquet"])
+def test_local_files_round_trip(humaneval, tmp_path, suffix):
+    subset = humaneval.select(range(12))
+    path = tmp_path / f"he{suffix}"
+    if suffix == ".parquet":
+        subset.to_parquet(str(path))
+    else:
+        _write_jsonl(path, subset.to_list(), gz=suffix.endswith(".gz"))
+    loaded = load_humaneval(str(path))
+    assert loaded.column_names == list(HUMANEVAL_COLUMNS)
+    assert loaded.to_list() == subset.to_list()
+
+
+def test_local_file_extra_columns_kept_and_solution_optional(humaneval, tmp_path):
+    rows = humaneval.select(range(3)).to_list()
+    for row in rows:
+        del row["canonical_solution"]
+        row["difficulty"] = 1
+    path = tmp_path / "custom.jsonl"
+    _write_jsonl(path, rows)
+    loaded = load_humaneval(path)
+    assert loaded.column_names == [*HUMANEVAL_COLUMNS, "difficulty"]
+    assert loaded["canonical_solution"] == ["", "", ""]
+
+
+def test_missing_local_file_and_offline_hub_fail_in_one_line(tmp_path):
+    with pytest.raises(DataError, match="no such file"):
+        load_humaneval(tmp_path / "absent.jsonl")
+    with pytest.raises(DataError) as info:
+        load_humaneval("openai_humaneval")  # conftest sets HF_HUB_OFFLINE=1; nothing is cached in tests
+    message = str(info.value)
+    assert "\n" not in message
+    assert "offline" in message and "HF_HUB_OFFLINE=1" in message and ".jsonl" in message
+
+
+def test_completion_rows(humaneval):
+    rows = to_rl_rows(humaneval.select(range(4)), style="completion")
+    assert rows["prompt"] == humaneval["prompt"][:4]
+    assert rows["code_prompt"] == humaneval["prompt"][:4]
+    for column in ("task_id", "test", "entry_point", "canonical_solution"):
+        assert rows[column] == humaneval[column][:4]
+
+
+def test_chat_rows(humaneval):
+    rows = to_rl_rows(humaneval.select(range(4)), style="chat")
+    first = rows[0]
+    assert first["code_prompt"] == humaneval[0]["prompt"]
+    assert [m["role"] for m in first["prompt"]] == ["user"]
+    text = first["prompt"][0]["content"]
+    assert text.startswith(DEFAULT_INSTRUCTION)
+    assert "```python\n" + humaneval[0]["prompt"].rstrip() + "\n```" in text
+    assert first["test"] == humaneval[0]["test"] and first["entry_point"] == humaneval[0]["entry_point"]
+
+    custom = to_rl_rows(
+        humaneval.select(range(2)), style="chat", system_prompt="Be terse.", instruction="Do it."
+    )
+    assert custom[1]["prompt"][0] == {"role": "system", "content": "Be terse."}
+    assert custom[1]["prompt"][1]["content"].startswith("Do it.\n\n```python\n")
+
+    # already-converted rows can switch style: code_prompt is the source of truth
+    back = to_rl_rows(rows, style="completion")
+    assert back["prompt"] == humaneval["prompt"][:4]
+    with pytest.raises(DataError, match="style"):
+        to_rl_rows(humaneval, style="fim")  # type: ignore[arg-type]
+
+
+def test_chat_prompt_renders_with_a_chat_template(humaneval, tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    rows = to_rl_rows(humaneval.select(range(1)), style="chat")
+    text = tokenizer.apply_chat_template(rows[0]["prompt"], tokenize=False, add_generation_prompt=True)
+    assert text.startswith("<|im_start|>user\n")
+    assert humaneval[0]["prompt"].rstrip() in text
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_missing_column_error_lists_the_file_columns_and_what_is_required(humaneval, tmp_path):
+    # A file without test (and without the optional canonical_solution): the message lists the file's own
+    # columns, not the canonical_solution the loader would have added, and says which columns are required.
+    rows = humaneval.select(range(3)).to_list()
+    for row in rows:
+        del row["test"], row["canonical_solution"]
+    path = tmp_path / "no_test.jsonl"
+    _write_jsonl(path, rows)
+    with pytest.raises(DataError) as info:
+        load_humaneval(path)
+    assert str(info.value) == (
+        f"{path}: column 'test' is missing (its columns: task_id, prompt, entry_point); HumanEval rows need "
+        "task_id, prompt, test, entry_point (canonical_solution is optional)"
+    )

@@ -1,0 +1,662 @@
+"""write_report on synthetic run directories: numbers, skipped metrics, determinism, console table."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from experiments.evaluation.stats import EvalResult, ProblemResult, summarize
+from experiments.report import CURVES, build_report, console_table, render_markdown, write_report
+
+N = 5
+TASKS = [f"HumanEval/{i}" for i in range(30)]
+
+
+def _eval(correct: list[int], greedy: list[bool], seed: int = 0, tasks: list[str] = TASKS) -> dict:
+    problems = [
+        ProblemResult(t, N, c, [1.0] * c + [0.0] * (N - c), g, "    return x\n", 0)
+        for t, c, g in zip(tasks, correct, greedy)
+    ]
+    passk, g, avg = summarize(problems, ks=(1, 5), seed=seed)
+    res = EvalResult(passk, g, avg, len(problems), N, [1, 5], 1000, 10.0, 1.0, problems)
+    return res.to_dict()
+
+
+def _log_history(steps: int, rng: np.random.Generator, *, kl: bool, slope: float) -> list[dict]:
+    hist = []
+    for s in range(1, steps + 1):
+        e = {
+            "step": s,
+            "loss": 0.0,
+            "reward": float(0.3 + slope * s / steps + rng.normal(0, 0.05)),
+            "entropy": float(0.5 - 0.2 * s / steps),
+            "completions/mean_length": float(40 + rng.normal(0, 3)),
+            "frac_reward_zero_std": float(0.4 - 0.1 * s / steps),
+        }
+        if kl:
+            e["kl"] = float(0.01 * s)
+        hist.append(e)
+        if s % 10 == 0:
+            hist.append({"step": s, "eval/pass@1": 0.4 + slope * s / steps, "eval/avg_reward": 0.4})
+    hist.append({"step": steps, "train_runtime": 12.5, "train_loss": 0.0})
+    return hist
+
+
+def _write_run(
+    path: Path,
+    method: str,
+    seed: int,
+    before: dict | None,
+    after: dict | None,
+    log_history: list[dict] | None,
+    wall: float = 100.0,
+    **meta: object,
+) -> Path:
+    path.mkdir(parents=True)
+    (path / "run.json").write_text(
+        json.dumps(
+            {
+                "method": method,
+                "seed": seed,
+                "wall_time_s": wall,
+                "tokens_per_s": 250.0,
+                "model": "tiny",
+                **meta,
+            }
+        )
+    )
+    if before is not None:
+        (path / "eval_before.json").write_text(json.dumps(before))
+    if after is not None:
+        (path / "eval_after.json").write_text(json.dumps(after))
+    if log_history is not None:
+        (path / "trainer_state.json").write_text(json.dumps({"global_step": 40, "log_history": log_history}))
+    return path
+
+
+# The seed's baseline shape: 65 of 150 samples pass (pass@1 43.3%), 19 of 30 problems at least once (pass@5 63.3%).
+BEFORE_C = [5] * 11 + [2] * 2 + [1] * 6 + [0] * 11
+BEFORE_G = [True] * 13 + [False] * 17
+AFTER_C = [5] * 16 + [2] * 6 + [0] * 8
+AFTER_G = [True] * 17 + [False] * 13
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> list[Path]:
+    rng = np.random.default_rng(0)
+    before = _eval(BEFORE_C, BEFORE_G)
+    return [
+        _write_run(
+            tmp_path / "runs" / "grpo",
+            "grpo",
+            0,
+            before,
+            _eval(AFTER_C, AFTER_G),
+            _log_history(40, rng, kl=True, slope=0.3),
+            wall=120.0,
+        ),
+        _write_run(
+            tmp_path / "runs" / "vanilla_pg",
+            "vanilla_pg",
+            0,
+            before,
+            _eval(BEFORE_C, BEFORE_G),
+            _log_history(40, rng, kl=False, slope=0.05),
+            wall=80.0,
+        ),
+    ]
+
+
+def test_report_numbers_match_the_evals(runs: list[Path], tmp_path: Path) -> None:
+    md = write_report(runs, tmp_path / "out", title="Synthetic")
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    grpo, pg = report["methods"]
+    assert grpo["method"] == "grpo" and pg["method"] == "vanilla_pg"
+    assert grpo["before"]["pass@1"]["value"] == pytest.approx(65 / 150)
+    assert grpo["before"]["pass@5"]["value"] == pytest.approx(19 / 30)
+    assert grpo["before"]["avg_reward"]["value"] == pytest.approx(65 / 150)
+    assert grpo["after"]["pass@1"]["value"] == pytest.approx((16 * 5 + 12) / 150)
+    assert grpo["after"]["pass@5"]["value"] == pytest.approx(22 / 30)
+    assert grpo["after"]["greedy_pass@1"]["value"] == pytest.approx(17 / 30)
+    assert grpo["delta"]["pass@5"] == pytest.approx(3 / 30)
+    assert pg["delta"]["pass@1"] == pytest.approx(0.0)
+    assert pg["delta_ci"]["pass@1"] == [0.0, 0.0]  # paired: identical evals leave no spread
+    # Paired pass@5 differences are 0 except +1 on problems 19-21: the CI excludes negative changes.
+    lo, hi = grpo["delta_ci"]["pass@5"]
+    assert 0.0 <= lo <= 0.1 <= hi
+    # The eval curve starts with the starting model's score at step 0.
+    curve = report["curves"]["eval_pass_at_1"]["series"][0]
+    assert curve["steps"][:2] == [0.0, 10.0] and curve["values"][0] == pytest.approx(65 / 150)
+    for name in ("pass@1", "pass@5", "avg_reward", "greedy_pass@1"):
+        est = grpo["after"][name]
+        assert est["ci"][0] <= est["value"] <= est["ci"][1]
+    assert (grpo["n"], grpo["k"], grpo["num_problems"], grpo["seeds"]) == (5, 5, 30, [0])
+    assert grpo["wall_time_s"] == 120.0 and grpo["train_tokens_per_s"] == 250.0
+    assert grpo["eval_tokens_per_s"] == pytest.approx(100.0)
+
+    # The seed's first-sample pass@1 beside the unbiased one: these evals put the passing samples first, so
+    # the first sample passes wherever one does (its pass@1 is then the pass@5 of these problems).
+    assert grpo["after"]["first_sample_pass@1"]["value"] == pytest.approx(22 / 30)
+    assert grpo["before"]["first_sample_pass@1"]["value"] == pytest.approx(19 / 30)
+
+    text = md.read_text()
+    assert "| grpo | 1 (seed 0) | 30 | 5 | Greedy pass@1 | 43.3% [" in text
+    assert "| Pass@5 | 63.3% [" in text and "73.3% [" in text and "+10.0 pp [" in text
+    assert "| First-sample pass@1 | 63.3% [" in text
+    # Results after training: every number with its interval, in a row that names seeds, problems, n and k.
+    assert (
+        "| Method | Seeds | Problems | n | k | Greedy pass@1 | Pass@1 | First-sample pass@1 | Pass@5 |"
+        in text
+    )
+    assert "| grpo | 1 (seed 0) | 30 | 5 | 5 | 56.7% [" in text
+    assert "## Between methods (after training)" in text and "Holm over 1 pairs" in text
+    for png in (
+        "pass_at_k",
+        "comparisons",
+        "reward",
+        "kl",
+        "entropy",
+        "completion_length",
+        "frac_reward_zero_std",
+    ):
+        assert (tmp_path / "out" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"({png}.png)" in text
+
+
+def test_a_curve_some_runs_lack_is_drawn_and_they_are_named_under_it(
+    runs: list[Path], tmp_path: Path
+) -> None:
+    md = write_report(runs, tmp_path / "out")
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert (tmp_path / "out" / "kl.png").is_file()
+    assert not any("kl" in s for s in report["skipped"])  # drawn, so not called skipped
+    assert {s["method"] for s in report["curves"]["kl"]["series"]} == {"grpo"}
+    kl_section = md.read_text().split("### KL to the reference policy")[1].split("###")[0]
+    assert "Not logged by vanilla_pg (a method without a KL term logs none)" in kl_section
+
+
+def test_missing_metric_is_skipped_and_named(tmp_path: Path) -> None:
+    history = [
+        e for e in _log_history(40, np.random.default_rng(0), kl=True, slope=0.3) if "eval/pass@1" not in e
+    ]
+    ev = _eval(AFTER_C, AFTER_G)
+    md = write_report([_write_run(tmp_path / "grpo", "grpo", 0, ev, ev, history)], tmp_path / "out")
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert "plot eval_pass_at_1: no run logged `eval/pass@1`" in report["skipped"]
+    assert not (tmp_path / "out" / "eval_pass_at_1.png").exists()
+    assert "## Skipped" in md.read_text()
+
+
+def test_missing_files_do_not_crash(tmp_path: Path) -> None:
+    only_after = _write_run(tmp_path / "r1", "reinforce", 1, None, _eval(AFTER_C, AFTER_G), None)
+    bare = tmp_path / "r2"
+    bare.mkdir()
+    md = write_report([only_after, bare], tmp_path / "out")
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    skipped = "\n".join(report["skipped"])
+    assert "eval_before.json missing" in skipped and "trainer_state.json missing" in skipped
+    assert "run.json missing" in skipped
+    reinforce = report["methods"][0]
+    assert reinforce["before"] == {} and reinforce["after"]["pass@1"]["value"] == pytest.approx(92 / 150)
+    assert report["methods"][1]["method"] == "r2"  # directory name stands in for the method
+    assert report["curves"] == {}
+    assert "—" in md.read_text()
+
+
+def test_report_is_byte_identical_across_calls(runs: list[Path], tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_report(runs, a)
+    write_report(runs, b)
+    files = sorted(p.name for p in a.iterdir())
+    assert files == sorted(p.name for p in b.iterdir())
+    assert "report.md" in files and "report.json" in files and len(files) >= 8
+    for name in files:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def test_seeds_of_one_method_are_pooled_and_each_seed_is_shown(tmp_path: Path) -> None:
+    # Seed 0 solves problems 0-14 every time, seed 1 solves 15-29: pooled pass@1 is 0.5, as is each seed's.
+    c0 = [5] * 15 + [0] * 15
+    c1 = [0] * 15 + [5] * 15
+    g = [False] * 30
+    dirs = [
+        _write_run(tmp_path / "s0", "rloo", 0, _eval(c0, g), _eval(c0, g), None),
+        _write_run(tmp_path / "s1", "rloo", 1, _eval(c1, g), _eval(c1, g), None),
+    ]
+    report = build_report(dirs, tmp_path)
+    (rloo,) = report["methods"]
+    assert rloo["seeds"] == [0, 1]
+    est = rloo["after"]["pass@1"]
+    assert est["value"] == pytest.approx(0.5) and est["n_seeds"] == 2
+    assert [p["value"] for p in est["per_seed"]] == [0.5, 0.5] and [p["seed"] for p in est["per_seed"]] == [
+        0,
+        1,
+    ]
+    assert est["seed_sd"] == 0.0 and est["seed_range"] == [0.5, 0.5]
+    # Seeds are resampled with problems: a resample that draws seed 0 twice sees its problems' spread.
+    assert est["ci"][0] < 0.45 and est["ci"][1] > 0.55
+
+
+def test_seed_spread_widens_the_interval(tmp_path: Path) -> None:
+    """Two seeds that agree give the one-seed interval; two that disagree (60% vs 20% on every problem) give a
+    wider one than resampling problems alone would (which sees 40% on every problem: no spread)."""
+    g = [False] * 30
+    same = [_write_run(tmp_path / f"same{s}", "a", s, None, _eval([3] * 30, g), None) for s in (0, 1)]
+    apart = [
+        _write_run(tmp_path / f"apart{s}", "b", s, None, _eval([c] * 30, g), None)
+        for s, c in ((0, 3), (1, 1))
+    ]
+    report = build_report(same + apart, tmp_path)
+    a, b = report["methods"]
+    assert a["after"]["pass@1"]["ci"] == [0.6, 0.6]
+    assert b["after"]["pass@1"]["value"] == pytest.approx(0.4) and b["after"]["pass@1"]["seed_sd"] > 0.28
+    assert b["after"]["pass@1"]["ci"] == [0.2, 0.6]  # the seed resample: both 20%, one each, both 60%
+    text = render_markdown(report)
+    assert "## Seeds" in text and "| b | 0 | 30 | 5 | 0.0% [0.0, 0.0] | 60.0% [60.0, 60.0] |" in text
+
+
+def test_between_method_differences_are_paired_and_holm_corrected(tmp_path: Path) -> None:
+    """A passes 12 more problems than B (greedy), C 1 fewer than B: A beats both after Holm, B and C tie."""
+    rng = np.random.default_rng(0)
+    base = rng.random(60) < 0.4
+    tasks = [f"t{i}" for i in range(60)]
+    gain = [i for i in range(60) if not base[i]][:12]
+    greedy = {"a": [bool(base[i] or i in gain) for i in range(60)], "b": [bool(x) for x in base]}
+    greedy["c"] = list(greedy["b"])
+    greedy["c"][int(np.flatnonzero(base)[0])] = False
+    dirs = []
+    for method, gs in greedy.items():
+        ev = _eval([5 * int(x) for x in gs], gs, tasks=tasks)
+        dirs.append(_write_run(tmp_path / method, method, 0, ev, ev, None))
+    report = build_report(dirs, tmp_path)
+    comp = report["comparisons"]["greedy_pass@1"]
+    assert comp["problems"] == 60 and comp["correction"] == "holm" and len(comp["pairs"]) == 3
+    pairs = {(p["better"], p["worse"]): p for p in comp["pairs"]}
+    ab, ac, bc = pairs[("a", "b")], pairs[("a", "c")], pairs[("b", "c")]
+    assert ab["delta"] == pytest.approx(12 / 60, abs=1e-6) and ac["delta"] == pytest.approx(13 / 60, abs=1e-6)
+    # Paired: A - B is +1 on 12 problems and 0 elsewhere, so the interval is that of a 12/60 share, not of
+    # the difference of two independent 40-60% rates.
+    assert 0.08 < ab["ci"][0] < 0.2 < ab["ci"][1] < 0.32
+    assert ab["significant"] and ac["significant"] and not bc["significant"]
+    assert bc["p_holm"] >= bc["p"] and ab["p_holm"] == pytest.approx(min(1.0, 3 * ab["p"]), rel=0.6)
+    ranks = {r["method"]: r for r in comp["ranking"]}
+    assert (
+        ranks["a"]["rank"] == 1
+        and ranks["a"]["better_than"] == ["b", "c"]
+        or ranks["a"]["better_than"] == ["c", "b"]
+    )
+    assert ranks["b"]["rank"] == ranks["c"]["rank"] == 2 and ranks["b"]["worse_than"] == ["a"]
+    text = render_markdown(report)
+    assert "| 1 | a | 1 (seed 0) | " in text and "| 2 | b | 1 (seed 0) | " in text
+    assert "| a − b | +20.0 pp [" in text
+
+
+def test_runs_table_reads_budget_and_method_hparams_and_tolerates_old_runs(tmp_path: Path) -> None:
+    ev = _eval(AFTER_C, AFTER_G)
+    new = _write_run(tmp_path / "ppo", "ppo", 0, ev, ev, None)
+    meta = json.loads((new / "run.json").read_text())
+    meta["budget"] = {
+        "fresh_prompts": 480,
+        "fresh_completions": 3840,
+        "tokens_generated": 38123,
+        "optimizer_steps": 80,
+    }
+    meta["method_hparams"] = {"num_iterations": 2, "vf_lr": 1e-4, "lam": 0.95}
+    (new / "run.json").write_text(json.dumps(meta))
+    old = _write_run(
+        tmp_path / "grpo", "grpo", 0, ev, ev, _log_history(40, np.random.default_rng(0), kl=False, slope=0.1)
+    )
+    report = build_report([new, old], tmp_path)
+    rows = {r["method"]: r for r in report["runs"]}
+    assert rows["ppo"]["fresh_completions"] == 3840 and rows["ppo"]["optimizer_steps"] == 80
+    assert (
+        rows["grpo"]["fresh_completions"] is None and rows["grpo"]["optimizer_steps"] == 40
+    )  # from trainer_state
+    text = render_markdown(report)
+    assert "| ppo | ppo | 0 | 480 | 3,840 | 38,123 | 80 |" in text
+    assert "lam=0.95, num_iterations=2, vf_lr=0.0001" in text
+    assert "| grpo | grpo | 0 | — | — | — | 40 |" in text
+
+
+def test_coinciding_curves_are_named_and_drawn_apart(tmp_path: Path) -> None:
+    history = _log_history(40, np.random.default_rng(0), kl=True, slope=0.3)
+    other = _log_history(40, np.random.default_rng(1), kl=True, slope=0.3)
+    for i, entry in enumerate(other):  # _log_history makes these the same in every run
+        for key in ("entropy", "kl", "frac_reward_zero_std", "eval/pass@1"):
+            if key in entry:
+                entry[key] += 0.001 * (i % 3 + 1)
+    ev = _eval(AFTER_C, AFTER_G)
+    dirs = [
+        _write_run(tmp_path / "reinforce_rloo", "reinforce_rloo", 42, ev, ev, history),
+        # beta 0: TRL's rloo then measures frac_reward_zero_std on the unit-test rewards, as the others do
+        _write_run(
+            tmp_path / "rloo",
+            "rloo",
+            42,
+            ev,
+            ev,
+            json.loads(json.dumps(history)),
+            method_hparams={"beta": 0.0},
+        ),
+        _write_run(tmp_path / "grpo", "grpo", 42, ev, ev, other),
+    ]
+    md = write_report(dirs, tmp_path / "out")
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    (item,) = report["coincidences"]
+    assert item["labels"] == ["reinforce_rloo", "rloo"]
+    curves = {c["key"]: (c["matched"], c["common"]) for c in item["curves"]}
+    assert (
+        curves["reward"] == (40, 40)
+        and curves["kl"] == (40, 40)
+        and curves["completions/mean_length"] == (40, 40)
+    )
+    assert set(curves) == {c[0] for c in CURVES}  # every curve, eval/pass@1 included
+    series = {s["label"]: s for s in report["curves"]["reward"]["series"]}
+    assert series["rloo"]["coincides_with"] == ["reinforce_rloo"] and "coincides_with" not in series["grpo"]
+    text = md.read_text()
+    assert (
+        "## Coinciding curves" in text
+        and "- **reinforce_rloo** and **rloo**: training reward (40 of 40 steps)" in text
+    )
+
+
+def test_console_table(runs: list[Path]) -> None:
+    table = console_table(runs)
+    lines = table.splitlines()
+    assert lines[0].split()[:2] == ["method", "seeds"]
+    assert lines[0].split() == ["method", "seeds", "greedy", "pass@1", "pass@k", "entropy"]
+    assert lines[2].startswith("grpo") and "43.3% -> 61.3%" in lines[2] and "(k=5) 63.3% -> 73.3%" in lines[2]
+    assert "43.3% -> 56.7%" in lines[2]  # greedy
+    assert lines[3].startswith("vanilla_pg")
+    assert not any(math.isnan(float(x.rstrip("%"))) for x in lines[2].split() if x.endswith("%"))
+
+
+def _demo_meta(method: str, steps: int) -> dict:
+    config = {
+        "dataset": "learnable",
+        "n_train": 2000,
+        "n_eval": 30,
+        "split_seed": 0,
+        "style": "completion",
+        "warm_start_steps": 95,
+        "learning_rate": 3e-4,
+        "lr_scheduler_type": "constant_with_warmup",
+        "num_generations": 8,
+        "max_completion_length": 16,
+        "temperature": 1.0,
+        "eval_temperature": 1.0,
+    }
+    budget = {
+        "fresh_prompts": 320,
+        "fresh_completions": 2560,
+        "tokens_generated": 20000,
+        "optimizer_steps": steps,
+    }
+    return {"model": "task", "model_parameters": 920_064, "config": config, "budget": budget}
+
+
+def test_report_says_what_was_trained_and_at_which_eval_temperature(tmp_path: Path) -> None:
+    ev = _eval(AFTER_C, AFTER_G)
+    ev["settings"] = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 16, "greedy": True}
+    dirs = [
+        _write_run(tmp_path / m, m, 42, ev, ev, None, **_demo_meta(m, steps))
+        for m, steps in (("grpo", 40), ("ppo", 80))
+    ]
+    text = write_report(dirs, tmp_path / "out").read_text()
+    setup = text.split("## What was trained")[1].split("\n## ")[0]
+    assert "learnable synthetic task (experiments.learnable.tasks), not HumanEval" in setup
+    assert "2000 training problems, 30 evaluation problems" in setup
+    assert "`task` (920K parameters), warm-started by 95 supervised steps" in setup
+    assert "320 fresh prompts x 8 completions = 2,560 completions" in setup
+    assert "optimizer steps: grpo 40, ppo 80" in setup  # the runs differ: each is named
+    assert "learning rate 0.0003 (constant_with_warmup)" in setup
+    assert "n = 5 samples each at temperature 1.0 (top_p 1.0) and one greedy completion" in setup
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["setup"]["learning_rate"] == "0.0003" and report["setup"]["model_parameters"] == 920_064
+
+
+def test_report_has_no_reference_a_reader_cannot_follow(runs: list[Path], tmp_path: Path) -> None:
+    text = write_report(runs, tmp_path / "out").read_text()
+    assert "seed chapter" not in text and "seed 000" not in text
+
+
+def test_one_seed_per_method_says_the_intervals_are_over_problems_only(
+    runs: list[Path], tmp_path: Path
+) -> None:
+    text = write_report(runs, tmp_path / "one").read_text()
+    assert (
+        "One training run per method (one seed):** every interval here is over evaluation problems only"
+        in text
+    )
+    between = text.split("## Between methods (after training)")[1]
+    assert between.lstrip().startswith(
+        "One seed per method: the intervals and tests below are over evaluation"
+    )
+    ev = _eval(AFTER_C, AFTER_G)
+    seeds = [_write_run(tmp_path / f"grpo-{s}", "grpo", s, ev, ev, None) for s in (0, 1)]
+    assert "One training run per method" not in write_report(seeds, tmp_path / "two").read_text()
+
+
+def test_eval_curve_carries_the_intervals_the_callback_logged(tmp_path: Path) -> None:
+    history = _log_history(40, np.random.default_rng(0), kl=True, slope=0.3)
+    for entry in history:
+        if "eval/pass@1" in entry:
+            entry["eval_ci"] = {"pass@1": [entry["eval/pass@1"] - 0.1, entry["eval/pass@1"] + 0.05]}
+    before, after = _eval(BEFORE_C, BEFORE_G), _eval(AFTER_C, AFTER_G)
+    md = write_report([_write_run(tmp_path / "grpo", "grpo", 0, before, after, history)], tmp_path / "out")
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    (series,) = report["curves"]["eval_pass_at_1"]["series"]
+    assert series["steps"][:2] == [0.0, 10.0]
+    assert series["ci"][0] == pytest.approx(
+        before["metrics"]["pass@1"]["ci"], abs=1e-6
+    )  # step 0: eval_before.json's
+    assert series["ci"][1] == pytest.approx([series["values"][1] - 0.1, series["values"][1] + 0.05], abs=1e-6)
+    assert "Whiskers: 95% bootstrap intervals over the evaluation problems." in md.read_text()
+
+
+def test_trl_rloo_is_left_out_of_the_zero_std_plot_and_the_report_says_why(tmp_path: Path) -> None:
+    ev = _eval(AFTER_C, AFTER_G)
+    hist = _log_history(40, np.random.default_rng(0), kl=True, slope=0.3)
+    dirs = [
+        _write_run(tmp_path / "grpo", "grpo", 0, ev, ev, hist),
+        _write_run(tmp_path / "rloo", "rloo", 0, ev, ev, hist, method_hparams={"beta": 0.05}),
+    ]
+    md = write_report(dirs, tmp_path / "out")
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [s["method"] for s in report["curves"]["frac_reward_zero_std"]["series"]] == ["grpo"]
+    assert [s["method"] for s in report["curves"]["reward"]["series"]] == ["grpo", "rloo"]
+    section = md.read_text().split("### Groups with zero reward variance")[1].split("###")[0]
+    assert "rloo left out: TRL's RLOOTrainer subtracts its KL penalty" in section
+    # Without a KL penalty its rewards are the unit-test rewards: drawn beside the others.
+    (tmp_path / "rloo" / "run.json").write_text(
+        json.dumps({"method": "rloo", "seed": 0, "method_hparams": {"beta": 0.0}})
+    )
+    report = build_report(dirs, tmp_path)
+    assert [s["method"] for s in report["curves"]["frac_reward_zero_std"]["series"]] == ["grpo", "rloo"]
+
+
+def test_model_size_is_counted_from_the_saved_weights_of_an_older_run(tmp_path: Path) -> None:
+    from safetensors.numpy import save_file
+
+    ev = _eval(AFTER_C, AFTER_G)
+    run = _write_run(tmp_path / "grpo", "grpo", 0, ev, ev, None)
+    save_file(
+        {"a": np.zeros((3, 4), dtype=np.float32), "b": np.zeros(5, dtype=np.float32)},
+        str(run / "model.safetensors"),
+    )
+    assert build_report([run], tmp_path)["setup"]["model_parameters"] == 17
+
+
+def test_training_curves_are_drawn_against_the_fresh_prompts_every_method_shares(tmp_path: Path) -> None:
+    """PPO takes two optimizer steps per generation batch where GRPO takes one: against steps, the same x would be
+    different data. The curves' x is the fresh prompts sampled by each logged step, from the run's sample log, else
+    from run.json's budget shape; a run with neither puts the plot back on optimizer steps, and the plot says so."""
+    ev = _eval([2] * 30, [True] * 30)
+
+    def history(steps: int) -> list[dict]:
+        return [{"step": s, "reward": 0.1 * s} for s in range(1, steps + 1)] + [
+            {"step": steps, "eval/pass@1": 0.5}
+        ]
+
+    grpo = _write_run(tmp_path / "grpo", "grpo", 0, ev, ev, history(4))
+    (grpo / "sampled_prompts.jsonl").write_text(
+        "".join(
+            json.dumps({"step": s, "prompts": ["a", "b"], "completions": 4, "tokens": 9}) + "\n"
+            for s in range(4)
+        )
+    )
+    shape = {
+        "prompts_per_generation": 2,
+        "steps_per_generation": 1,
+        "num_iterations": 2,
+        "gradient_accumulation_steps": 1,
+    }
+    ppo = _write_run(tmp_path / "ppo", "ppo", 0, ev, ev, history(8), budget=shape)
+    report = build_report([grpo, ppo], tmp_path)
+    reward = report["curves"]["reward"]
+    assert reward["x"] == "fresh_prompts" and reward["xlabel"].startswith("fresh prompts sampled")
+    x = {s["method"]: s["fresh_prompts"] for s in reward["series"]}
+    assert x == {"grpo": [2, 4, 6, 8], "ppo": [2, 2, 4, 4, 6, 6, 8, 8]}  # both end on the same 8 prompts
+    evals = {s["method"]: s["fresh_prompts"] for s in report["curves"]["eval_pass_at_1"]["series"]}
+    assert evals == {"grpo": [0, 8], "ppo": [0, 8]}  # step 0 is eval_before.json: nothing sampled yet
+
+    old = _write_run(tmp_path / "old", "rloo", 0, ev, ev, history(4))  # neither a sample log nor a budget
+    reward = build_report([grpo, old], tmp_path)["curves"]["reward"]
+    assert reward["x"] == "steps" and reward["xlabel"] == "optimizer step"
+    assert any(
+        n.startswith("Drawn against optimizer steps: rloo recorded no sample count") for n in reward["notes"]
+    )
+    write_report([grpo, ppo], tmp_path / "out")  # draws against fresh prompts
+
+
+def test_the_report_leads_with_its_verdict_and_seeds_read_as_ids(tmp_path: Path) -> None:
+    """Before any table: per metric, the best method, those not significantly below it (Holm) and those that are,
+    and the start; the one-seed caveat. The Seeds cells give the number of seeds and their ids apart."""
+    rng = np.random.default_rng(0)
+    base = rng.random(60) < 0.4
+    tasks = [f"t{i}" for i in range(60)]
+    gain = [i for i in range(60) if not base[i]][:12]
+    greedy = {"a": [bool(base[i] or i in gain) for i in range(60)]}
+    greedy["b"] = [bool(base[i] or i in gain[1:]) for i in range(60)]  # one problem fewer than a: a tie
+    greedy["c"] = [bool(x) for x in base]  # 12 fewer: below a
+    start = _eval([5 * int(x) for x in base], [bool(x) for x in base], tasks=tasks)
+    dirs = [
+        _write_run(tmp_path / m, m, 7, start, _eval([5 * int(x) for x in gs], gs, tasks=tasks), None)
+        for m, gs in greedy.items()
+    ]
+    report = build_report(dirs, tmp_path)
+    verdict = {v["metric"]: v for v in report["verdict"]}
+    g = verdict["greedy_pass@1"]
+    assert (g["best"], g["not_below_best"], g["below_best"]) == ("a", ["a", "b"], ["c"])
+    assert g["start"] == [pytest.approx(base.mean())] * 2
+    text = render_markdown(report)
+    assert (
+        text.index("## Verdict") < text.index("## What was trained") < text.index("## Results after training")
+    )
+    line = next(x for x in text.splitlines() if x.startswith("- **Greedy pass@1**"))
+    assert line.startswith(
+        f"- **Greedy pass@1** (60 problems; before training {100 * base.mean():.1f}%): best **a**, "
+    )
+    assert line.endswith("Not significantly below it (Holm, alpha 0.05): b. Significantly below it: c.")
+    assert "One training run per method (one seed): this ranks these runs, not the methods" in text
+    assert "| a | 1 (seed 7) | 60 | 5 | 5 | " in text
+
+    seeds = [_write_run(tmp_path / f"s{s}", "a", s, start, start, None) for s in (0, 1)]
+    text = render_markdown(build_report(seeds, tmp_path))
+    assert "| a | 2 (seeds 0, 1) | 60 | 5 | 5 | " in text and "One training run per method" not in text
+    line = next(x for x in text.splitlines() if x.startswith("- **Pass@1** (60 problems; before training "))
+    # One method: its change from the start.
+    assert ": a " in line and line.endswith(" after training, +0.0 pp [+0.0, +0.0].")
+
+
+# ---- coverage curves: pass@k for k = 1, 2, 4, ..., n ---------------------------------------------------------
+def _eval_n(correct: list[int], n: int, seed: int = 0) -> dict:
+    """An eval of len(correct) problems with n samples each, `correct[i]` of them passing."""
+    tasks = [f"task/{i}" for i in range(len(correct))]
+    correct = [int(c) for c in correct]
+    problems = [
+        ProblemResult(t, n, c, [1.0] * c + [0.0] * (n - c), c > n // 2, "    return x\n", 0)
+        for t, c in zip(tasks, correct)
+    ]
+    passk, g, avg = summarize(problems, ks=(1, n), seed=seed)
+    return EvalResult(passk, g, avg, len(problems), n, [1, n], 1000, 10.0, 1.0, problems).to_dict()
+
+
+def test_coverage_curve_runs_from_pass_at_1_to_coverage_and_its_bands_hold_the_points(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    n = 8
+    before = _eval_n(list(rng.binomial(n, rng.uniform(0, 0.4, size=40))), n)
+    dirs = [
+        _write_run(
+            tmp_path / f"{m}-seed{s}",
+            m,
+            s,
+            before,
+            _eval_n(list(rng.binomial(n, rng.uniform(lo, hi, size=40))), n, seed=s),
+            None,
+        )
+        for m, lo, hi in (("a", 0.0, 0.9), ("b", 0.3, 0.6))
+        for s in (0, 1)
+    ]
+    report = build_report(dirs, tmp_path)
+    cov = report["coverage"]
+    by_method = {e["method"]: e for e in report["methods"]}
+    assert cov["base"]["evals"] == 1  # four runs share one evaluation of the starting model: counted once
+    curves = [(cov["base"], by_method["a"]["before"], [before])]
+    for m in cov["methods"]:
+        afters = [
+            json.loads((d / "eval_after.json").read_text()) for d in dirs if d.name.startswith(m["method"])
+        ]
+        curves.append((m, by_method[m["method"]]["after"], afters))
+    assert [m["method"] for m in cov["methods"]] == ["a", "b"]
+    for curve, estimates, evals in curves:
+        assert curve["ks"] == [1, 2, 4, 8] and curve["n"] == n and curve["problems"] == 40
+        # k = 1 is the report's pass@1 (pooled over the seeds); k = n is coverage, counted from `correct` here.
+        assert curve["values"][0] == pytest.approx(estimates["pass@1"]["value"], abs=1e-6)
+        solved = np.mean([[p["correct"] > 0 for p in ev["problems"]] for ev in evals])
+        assert curve["coverage"]["value"] == pytest.approx(solved, abs=1e-6)
+        assert curve["values"][-1] == pytest.approx(solved, abs=1e-6)
+        assert curve["values"] == sorted(curve["values"])  # pass@k never falls with k
+        for value, (lo, hi) in zip(curve["values"], curve["ci"]):
+            assert lo <= value <= hi
+        assert curve["ci"][0][0] < curve["ci"][0][1]  # a real band, not a point (pass@1 is below 1 here)
+        lo, hi = curve["coverage"]["ci"]
+        assert lo <= curve["coverage"]["value"] <= hi
+
+
+def test_the_base_model_overtakes_a_sharpened_method_at_the_k_it_should(tmp_path: Path) -> None:
+    """By hand, n = 8 on 20 problems. The start solves one sample in 8 of 19 problems: pass@k = 19/20 x k/8 =
+    11.9%, 23.8%, 47.5%, 95%. Method `sharp` solves 9 problems always and the others never: 45% at every k, so the
+    start is not below it from k = 4. Method `broad` solves every problem always: 100%, never caught up to n."""
+    n = 8
+    before = _eval_n([1] * 19 + [0], n)
+    sharp = _eval_n([n] * 9 + [0] * 11, n)
+    broad = _eval_n([n] * 20, n)
+    dirs = [
+        _write_run(tmp_path / m, m, 0, before, ev, None) for m, ev in (("sharp", sharp), ("broad", broad))
+    ]
+    md = write_report(dirs, tmp_path / "out")
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    cov = report["coverage"]
+    assert cov["base"]["values"] == pytest.approx([19 / 20 * k / 8 for k in (1, 2, 4, 8)], abs=1e-6)
+    x = {m["method"]: m["crossover"] for m in cov["methods"]}
+    assert x["sharp"]["k"] == 4
+    assert [d["delta"] for d in x["sharp"]["deltas"]] == pytest.approx(
+        [0.45 - 19 / 20 * k / 8 for k in (1, 2, 4, 8)], abs=1e-6
+    )
+    assert x["sharp"]["at"]["delta"] == pytest.approx(0.45 - 0.475, abs=1e-6)
+    lo, hi = x["sharp"]["at"]["ci"]
+    assert lo <= x["sharp"]["at"]["delta"] <= hi
+    assert x["broad"]["k"] is None and x["broad"]["at"]["k"] == n
+    assert x["broad"]["at"]["delta"] == pytest.approx(0.05, abs=1e-6)
+    text = md.read_text()
+    section = text.split("## Pass@k against k (coverage)")[1].split("\n## ")[0]
+    assert "the starting model's pass@k is not below sharp's from k = 4 (sharp − start -2.5 pp" in section
+    assert "the starting model's pass@k stays below broad's up to k = n = 8" in section
+    assert "| Starting model (eval_before) | 1 | 20 | 8 | 11.9% [" in section
+    assert (tmp_path / "out" / "pass_at_k_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "(pass_at_k_curve.png)" in text

@@ -1,0 +1,439 @@
+"""Config parsing: YAML + command-line overrides, precedence, one-line errors naming the key, the budget files.
+
+Nothing here loads a model: `no_model_loads` makes any attempt fail the test.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from experiments.run.argv import parse_config
+from experiments.run.config import ConfigError, ExperimentArgs, shipped_configs
+
+BUDGETS = ("cpu", "demo", "seed", "smollm2", "smollm2_learnable", "throughput")
+# What seed.yaml must reproduce from the seed's TrainingConfig, training loop and evaluate_model call
+# (docs/seed-fidelity.md has the full table).
+SEED_HYPERPARAMETERS = {
+    "model": "Qwen/Qwen2.5-Coder-1.5B-Instruct",
+    "dataset": "humaneval",
+    "n_train": 50,
+    "n_eval": 30,
+    "num_generations": 2,
+    "max_completion_length": 40,
+    "temperature": 0.8,
+    "top_p": 0.9,
+    "learning_rate": 1e-6,
+    "lr_scheduler_type": "constant",
+    "budget_prompts": 60,
+    "prompts_per_epoch": 20,
+    "max_grad_norm": 0.0,
+    "logprob_temperature": 1.0,
+    "loss_normalization": "token",
+    "model_generation_config": True,
+    "eval_n": 5,
+    "eval_temperature": 0.7,
+    "eval_top_p": 0.9,
+    "eval_max_new_tokens": 256,
+    "bf16": True,
+}
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers
+
+    import experiments.inputs.models
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded while parsing a config")
+
+    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(refuse))
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+    for name in ("resolve_model", "tiny_model_path", "smollm2_path", "build_tiny_model"):
+        monkeypatch.setattr(experiments.inputs.models, name, refuse)
+
+
+def write(tmp_path: Path, text: str, name: str = "cfg.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+CPU = "use_cpu: true\nbf16: false\nactivation_checkpointing: false\n"
+
+
+def test_yaml_values_and_cli_overrides(tmp_path: Path, no_model_loads: None) -> None:
+    cfg_file = write(
+        tmp_path,
+        "method: grpo\nmodel: tiny\nn_train: 12\nlearning_rate: 1e-5\nnum_generations: 2\n"
+        "per_device_train_batch_size: 4\neval_ks: [1, 2]\neval_n: 2\n" + CPU,
+    )
+    exp, cfg = parse_config([cfg_file, "--n_train", "20", "--learning_rate", "3e-4", "--eval_ks", "1"])
+    assert isinstance(exp, ExperimentArgs)
+    assert type(cfg).__name__ == "GRPOConfig"
+    assert exp.n_train == 20 and exp.eval_ks == [1]  # the command line beats the YAML
+    assert cfg.learning_rate == pytest.approx(3e-4)
+    assert cfg.num_generations == 2 and cfg.per_device_train_batch_size == 4  # YAML beats the class default
+    assert exp.eval_n == 2 and exp.model == "tiny"
+    assert cfg.report_to == ["tensorboard"]  # passk's default: local TensorBoard
+    # TRL's own spelling works too.
+    exp2, _ = parse_config(["--config", cfg_file, "--n_train", "7"])
+    assert exp2.n_train == 7
+
+
+def test_precedence_method_defaults_below_yaml(tmp_path: Path, no_model_loads: None) -> None:
+    from experiments.trainers import METHODS
+
+    key, value = next(iter(METHODS["reinforce_kl"].defaults.items()))
+    base = "method: reinforce_kl\nnum_generations: 2\nper_device_train_batch_size: 2\n" + CPU
+    _, cfg = parse_config([write(tmp_path, base)])
+    assert getattr(cfg, key) == value  # the method's defining value applies when the YAML is silent
+    other = "none" if isinstance(value, str) else (not value if isinstance(value, bool) else value * 2)
+    _, cfg2 = parse_config([write(tmp_path, base + f"{key}: {yaml.safe_dump(other).split()[0]}\n", "b.yaml")])
+    assert getattr(cfg2, key) == other  # the YAML beats it
+
+
+def test_method_from_command_line_picks_the_config_class(tmp_path: Path, no_model_loads: None) -> None:
+    cfg_file = write(tmp_path, "method: grpo\nnum_generations: 2\nper_device_train_batch_size: 2\n" + CPU)
+    exp, cfg = parse_config([cfg_file, "--method", "ppo"])
+    assert exp.method == "ppo" and type(cfg).__name__ == "PPOConfig"
+
+
+@pytest.mark.parametrize(
+    ("method", "rule"),
+    [
+        ("ppo", None),
+        ("vanilla_pg", None),
+        ("reinforce", None),
+        ("reinforce_kl", None),
+        ("grpo", "GRPO requires"),
+        ("rloo", "RLOO requires"),
+        ("reinforce_rloo", "REINFORCE with baseline 'rloo'"),
+    ],
+)
+def test_num_generations_lower_bound_is_the_methods_own(
+    tmp_path: Path, no_model_loads: None, method: str, rule: str | None
+) -> None:
+    """One completion per prompt: PPO (its critic is the baseline) and the REINFORCE methods without a per-prompt
+    baseline (none, batch mean) take it; the group-based ones refuse it, in one line naming the key and their own
+    rule."""
+    cfg_file = write(tmp_path, "model: tiny\nnum_generations: 1\nper_device_train_batch_size: 2\n" + CPU)
+    if rule is None:
+        _, cfg = parse_config([cfg_file, "--method", method])
+        assert cfg.num_generations == 1
+    else:
+        with pytest.raises(ConfigError, match=rf"^num_generations: {rule}") as info:
+            parse_config([cfg_file, "--method", method])
+        assert "\n" not in str(info.value) and str(info.value).count("num_generations:") == 1
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "argv", "key"),
+    [
+        ("method: grpo\nbogus_key: 1\n", [], "bogus_key"),
+        ("method: grpo\n", ["--bogus_flag", "1"], "bogus_flag"),
+        ("method: grpo\nlearning_rate: [1]\n", [], "learning_rate"),
+        ("method: grpo\n", ["--learning_rate", "abc"], "learning_rate"),
+        ("method: grpo\n", ["--style", "poetry"], "style"),
+        ("method: grpo\neval_n: 2\neval_ks: [1, 5]\n", [], "eval_ks"),
+        (
+            "method: grpo\n",
+            ["--num_generations", "3", "--per_device_train_batch_size", "4"],
+            "num_generations",
+        ),
+        ("method: grpo\nnum_generations: 1\nper_device_train_batch_size: 2\n", [], "num_generations"),
+        ("method: grpo\nnum_generations: 2\nper_device_train_batch_size: 8\nn_train: 3\n", [], "n_train"),
+        ("method: grpo\nreward_funcs: [nonsense]\n", [], "reward_funcs"),
+        ("method: grpo\ndataset: /no/such/file.jsonl\n", [], "dataset"),
+        ("method: grpo\nwarm_start_steps: 10\n", [], "warm_start_steps"),
+        ("method: nope\n", [], "method"),
+        ("model: tiny\n", [], "method"),
+        ("model: tiny\nkl_coef: 0.1\n", ["--method", "ppo"], "kl_coef"),
+        (
+            "method: grpo\nnum_generations: 2\nper_device_train_batch_size: 4\nbudget_prompts: 3\n",
+            [],
+            "budget_prompts",
+        ),
+        ("method: grpo\nbudget_prompts: 8\nmax_steps: 4\n", [], "max_steps"),
+        ("method: grpo\nprompts_per_epoch: 4\n", [], "prompts_per_epoch"),
+        ("method: grpo\nbudget_prompts: 8\nprompts_per_epoch: 60\n", [], "prompts_per_epoch"),
+        (
+            "method: grpo\nbudget_prompts: 8\nprompts_per_epoch: 4\nshuffle_dataset: true\n",
+            [],
+            "shuffle_dataset",
+        ),
+        ("method: grpo\nmodel_generation_config: true\n", ["--top_k", "5"], "top_k"),
+        ("method: grpo\n", ["--budget_prompts", "-1"], "budget_prompts"),
+    ],
+)
+def test_bad_values_fail_with_one_line_naming_the_key(
+    tmp_path: Path, no_model_loads: None, yaml_text: str, argv: list[str], key: str
+) -> None:
+    text = yaml_text if "bf16" in yaml_text else yaml_text + CPU
+    with pytest.raises(ConfigError) as err:
+        parse_config([write(tmp_path, text), *argv])
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"{key}:"), message
+
+
+def test_cpu_rule_names_the_key(tmp_path: Path, no_model_loads: None) -> None:
+    text = "method: grpo\nuse_cpu: true\nbf16: false\nactivation_checkpointing: true\n"
+    with pytest.raises(ConfigError, match=r"^activation_checkpointing:"):
+        parse_config([write(tmp_path, text)])
+
+
+def test_bad_value_through_passk_train_is_one_line_and_loads_nothing(
+    tmp_path: Path, no_model_loads: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from experiments.run.cli import main
+
+    cfg_file = write(tmp_path, "method: grpo\nnum_generations: 2\nper_device_train_batch_size: 2\n" + CPU)
+    assert main(["train", cfg_file, "--eval_top_p", "1.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "eval_top_p" in err, err
+
+
+def test_one_budget_file_per_scenario_and_every_method_parses_from_each(no_model_loads: None) -> None:
+    """Each file, with each method. The GPU file is parsed as `--check` does (device_free): GRPOConfig would
+    otherwise query the GPU for bf16; its device values are kept as written."""
+    from experiments.trainers import METHODS
+
+    files = shipped_configs()
+    assert [p.stem for p in files] == list(BUDGETS)
+    for path in files:
+        raw = yaml.safe_load(path.read_text())
+        assert "method" not in raw, path.name  # the method comes from the command line
+        for method in METHODS:
+            exp, cfg = parse_config([str(path), "--method", method], device_free=True)
+            assert exp.method == method and isinstance(cfg, METHODS[method].config_cls), (path.name, method)
+            assert cfg.output_dir.endswith(f"/{method}"), cfg.output_dir
+            assert cfg.use_cpu == raw.get("use_cpu", False) and cfg.bf16 == raw["bf16"], (path.name, method)
+            if cfg.use_cpu:  # the project's CPU rule
+                assert not cfg.bf16 and not cfg.activation_checkpointing and exp.num_threads >= 1, path.name
+
+
+def test_budget_files_leave_the_methods_hyperparameters_to_methods(no_model_loads: None) -> None:
+    from experiments.run.config import method_hparam_owners
+
+    owners = method_hparam_owners()
+    assert {"kl_coef", "beta", "lam", "critic_learning_rate", "baseline", "num_iterations"} <= set(owners)
+    for path in shipped_configs():
+        raw = yaml.safe_load(path.read_text())
+        assert not set(raw) & set(owners), (path.name, sorted(set(raw) & set(owners)))
+
+
+@pytest.mark.parametrize("name", BUDGETS)
+def test_every_method_gets_the_same_fresh_prompts(name: str, no_model_loads: None) -> None:
+    """The plan: max_steps derived per method so that each samples budget_prompts prompts (PPO, with two epochs per
+    generation batch, twice the optimizer steps). tests/run/test_budget.py counts what the trainers really sample."""
+    from experiments.run.budget import generation_shape
+    from experiments.trainers import METHODS
+
+    path = next(p for p in shipped_configs() if p.stem == name)
+    for method in METHODS:
+        exp, cfg = parse_config([str(path), "--method", method], device_free=True)
+        shape = generation_shape(cfg)
+        generations = (
+            cfg.max_steps
+            * shape["gradient_accumulation_steps"]
+            / (shape["steps_per_generation"] * shape["num_iterations"])
+        )
+        assert generations * shape["prompts_per_generation"] == exp.budget_prompts > 0, (name, method)
+        generations = exp.budget_prompts // shape["prompts_per_generation"]
+        micro_steps = generations * shape["steps_per_generation"] * shape["num_iterations"]
+        assert cfg.max_steps == micro_steps // shape["gradient_accumulation_steps"], (name, method)
+
+
+def test_seed_config_carries_the_seed_settings(no_model_loads: None) -> None:
+    path = next(p for p in shipped_configs() if p.stem == "seed")
+    raw = yaml.safe_load(path.read_text())
+    for key, value in SEED_HYPERPARAMETERS.items():
+        assert raw[key] == (pytest.approx(value) if isinstance(value, float) else value), key
+    # One prompt x 2 generations per update, 3 epochs x 20 prompts = 60 updates (PPO: 120 over the same prompts).
+    assert raw["per_device_train_batch_size"] == 2 and "max_steps" not in raw
+    steps = {}
+    for method in ("reinforce", "ppo", "grpo"):
+        exp, cfg = parse_config([str(path), "--method", method], device_free=True)
+        steps[method] = cfg.max_steps
+        assert (
+            cfg.shuffle_dataset is False and cfg.max_grad_norm == 0.0 and cfg.lr_scheduler_type == "constant"
+        )
+    assert steps == {"reinforce": 60, "ppo": 120, "grpo": 60}
+    exp, cfg = parse_config([str(path), "--method", "reinforce"], device_free=True)
+    assert (cfg.logprob_temperature, cfg.loss_normalization) == (1.0, "token") and not exp.not_applicable
+    # TRL's GRPO has neither option: parsed without them, and the run records that they did not apply.
+    exp, cfg = parse_config([str(path), "--method", "grpo"], device_free=True)
+    assert set(exp.not_applicable) == {"logprob_temperature", "loss_normalization"}
+    assert not hasattr(cfg, "logprob_temperature")
+
+
+def test_a_budget_file_may_not_set_a_methods_hyperparameter(tmp_path: Path, no_model_loads: None) -> None:
+    text = "model: tiny\nnum_generations: 2\nper_device_train_batch_size: 2\nkl_coef: 0.1\n" + CPU
+    with pytest.raises(ConfigError, match=r"^kl_coef: a hyperparameter of .*reinforce_kl.*ppo") as err:
+        parse_config([write(tmp_path, text), "--method", "grpo"])
+    assert "\n" not in str(err.value)
+    # A one-method file may, and so may the command line.
+    _, cfg = parse_config([write(tmp_path, "method: ppo\n" + text, "ppo.yaml")])
+    assert cfg.kl_coef == 0.1
+    _, cfg = parse_config(
+        [
+            write(tmp_path, text.replace("kl_coef: 0.1\n", ""), "b.yaml"),
+            "--method",
+            "reinforce",
+            "--kl_coef",
+            "0.2",
+        ]
+    )
+    assert cfg.kl_coef == 0.2
+
+
+def test_budget_prompts_sets_max_steps_and_refuses_both(tmp_path: Path, no_model_loads: None) -> None:
+    text = "model: tiny\nnum_generations: 2\nper_device_train_batch_size: 4\nbudget_prompts: 8\n" + CPU
+    cfg_file = write(tmp_path, text)
+    assert parse_config([cfg_file, "--method", "grpo"])[1].max_steps == 4
+    assert parse_config([cfg_file, "--method", "ppo"])[1].max_steps == 8
+    with pytest.raises(ConfigError, match=r"^max_steps: derived per method from budget_prompts"):
+        parse_config([cfg_file, "--method", "grpo", "--max_steps", "3"])
+    assert (
+        parse_config([cfg_file, "--method", "grpo", "--budget_prompts", "0", "--max_steps", "3"])[1].max_steps
+        == 3
+    )
+
+
+def test_output_dir_names_the_method(tmp_path: Path, no_model_loads: None) -> None:
+    text = "model: tiny\nnum_generations: 2\nper_device_train_batch_size: 2\n" + CPU
+    assert parse_config([write(tmp_path, text), "--method", "rloo"])[1].output_dir == "runs/rloo"
+    text += "output_dir: out/budget/{method}\n"
+    assert parse_config([write(tmp_path, text), "--method", "ppo"])[1].output_dir == "out/budget/ppo"
+
+
+def test_compare_overrides_go_to_the_methods_that_have_them(no_model_loads: None) -> None:
+    from experiments.run.argv import overrides_for
+
+    args = ["--lam", "0.9", "--learning_rate", "1e-5", "--eval_ks", "1", "2"]
+    assert overrides_for("ppo", args) == (args, [])
+    assert overrides_for("grpo", args) == (["--learning_rate", "1e-5", "--eval_ks", "1", "2"], ["lam"])
+    assert overrides_for("grpo", ["--bogus", "1"]) == (
+        ["--bogus", "1"],
+        [],
+    )  # parse_config rejects it by name
+
+
+def test_sharded_launch_refuses_evaluation_during_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_model_loads: None
+) -> None:
+    """Under FSDP (or ZeRO-3) the callback would refuse only after the model loaded; the config says so first.
+    The launcher's environment is what tells; FSDP's is set here (DeepSpeed is not installed on CPU machines)."""
+    text = "method: grpo\nnum_generations: 2\nper_device_train_batch_size: 2\neval_every_n_steps: 5\n" + CPU
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    with pytest.raises(ConfigError, match=r"^eval_every_n_steps:"):
+        parse_config([write(tmp_path, text)])
+    exp, _ = parse_config([write(tmp_path, text), "--eval_every_n_steps", "0"])
+    assert exp.eval_every_n_steps == 0
+    monkeypatch.delenv("ACCELERATE_USE_FSDP")  # DDP keeps full weights on every rank
+    assert parse_config([write(tmp_path, text)])[0].eval_every_n_steps == 5
+
+
+def test_invalid_yaml_keeps_its_line_and_column(
+    tmp_path: Path, no_model_loads: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from experiments.run.cli import main
+
+    path = write(tmp_path, "method: grpo\nlearning_rate: 1e-6\nnum_generations: [2, 4\nseed: 1\n")
+    assert main(["train", path, "--check"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    assert err.startswith(f"passk: error: config: {path}:4:5: not valid YAML: "), err
+
+
+def test_a_typo_in_a_key_says_did_you_mean(
+    tmp_path: Path, no_model_loads: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from experiments.run.cli import main
+
+    path = write(tmp_path, "method: grpo\nlearning_rat: 1e-6\n" + CPU)
+    assert main(["train", path, "--check"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"passk: error: learning_rat: unknown key in {path} (not a field of ExperimentArgs or of any "
+        "method's config); did you mean 'learning_rate'?"
+    )
+    assert main(["train", "demo", "--method", "grpo", "--check", "--eval_temprature", "0.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err
+        == "passk: error: eval_temprature: unknown option '--eval_temprature'; did you mean 'eval_temperature'?"
+    )
+    assert main(["train", "demo", "--method", "grpo", "--check", "--zzz", "1"]) == 2
+    assert "did you mean" not in capsys.readouterr().err  # nothing close: no guess
+
+
+@pytest.mark.parametrize(
+    ("method", "argv", "line"),
+    [
+        ("grpo", ["--learning_rate", "-1e-3"], "learning_rate: must be >= 0, got -0.001"),  # two arguments
+        ("grpo", ["--learning_rate=-2"], "learning_rate: must be >= 0, got -2.0"),
+        ("grpo", ["--learning_rate", "nan"], "learning_rate: must be a finite number, got nan"),
+        ("grpo", ["--temperature", "0"], "temperature: must be > 0, got 0.0"),
+        ("grpo", ["--top_p", "1.5"], "top_p: must be in (0, 1], got 1.5"),
+        ("grpo", ["--adam_beta2", "1"], "adam_beta2: must be in [0, 1), got 1.0"),
+        ("grpo", ["--max_grad_norm", "-1"], "max_grad_norm: must be >= 0, got -1.0"),
+        ("grpo", ["--weight_decay", "-1"], "weight_decay: must be >= 0, got -1.0"),
+        ("grpo", ["--beta", "-0.1"], "beta: must be >= 0, got -0.1"),
+        ("grpo", ["--max_completion_length", "0"], "max_completion_length: must be >= 1, got 0"),
+        ("grpo", ["--reward_memory_mb", "0"], "reward_memory_mb: must be > 0, got 0"),
+        ("ppo", ["--lam", "1.5"], "lam: lam must be in [0, 1]; got 1.5"),  # PPOConfig's own check
+        ("ppo", ["--epsilon", "-1"], "epsilon: must be >= 0, got -1.0"),
+        ("reinforce", ["--seed", "-3"], "seed: must be >= 0, got -3"),
+        ("rloo", ["--top_k", "-1"], "top_k: must be >= 0, got -1"),
+    ],
+)
+def test_numeric_settings_are_range_checked_in_one_line_before_anything_loads(
+    no_model_loads: None, capsys: pytest.CaptureFixture[str], method: str, argv: list[str], line: str
+) -> None:
+    from experiments.run.cli import main
+
+    assert main(["train", "demo", "--method", method, *argv]) == 2
+    assert capsys.readouterr().err.strip() == f"passk: error: {line}"
+
+
+def test_an_output_dir_that_holds_a_run_is_refused_unless_overwritten_or_resumed(
+    tmp_path: Path, no_model_loads: None
+) -> None:
+    from experiments.run.validation import check_output_dir
+
+    out = tmp_path / "run"
+    demo = str(shipped_configs("demo.yaml")[0])
+    exp, cfg = parse_config([demo, "--method", "grpo", "--output_dir", str(out)])
+    check_output_dir(exp, cfg)  # absent: fine
+    out.mkdir()
+    check_output_dir(exp, cfg)  # empty: fine
+    (out / "eval_before.json").write_text("{}")  # stopped before its first checkpoint: --resume cannot help
+    with pytest.raises(ConfigError) as err:
+        check_output_dir(exp, cfg)
+    assert str(err.value) == (
+        f"output_dir: {out} already holds files (eval_before.json) of a run that saved no "
+        "checkpoint, so --resume cannot continue it; pass --overwrite to start it again, or "
+        "another --output_dir"
+    )
+    (out / "eval_before.json").unlink()
+    (out / "run.json").write_text("{}")
+    (out / "checkpoint-40").mkdir()
+    with pytest.raises(ConfigError) as err:
+        check_output_dir(exp, cfg)
+    assert str(err.value) == (
+        f"output_dir: {out} already holds files (checkpoint-40, run.json); pass --overwrite to "
+        "replace them, --resume true to continue that run, or another --output_dir"
+    )
+    for flags in (["--overwrite"], ["--resume", "true"]):
+        check_output_dir(*parse_config([demo, "--method", "grpo", "--output_dir", str(out), *flags]))
+    with pytest.raises(ConfigError, match="^overwrite: set either"):
+        check_output_dir(
+            *parse_config(
+                [demo, "--method", "grpo", "--output_dir", str(out), "--overwrite", "--resume", "true"]
+            )
+        )

@@ -1,0 +1,282 @@
+"""Sandbox v3, the stdin/stdout judge itself: a tolerance that applies to real-valued answers only, a comparison
+whose cost is linear, bounded and the same whichever tokens are right, and a case that cannot reach the host's
+page cache. (The corpus in tests/sandbox_adversarial/ holds the channel, memory and dumpable programs: 48-51.)"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandbox import Sandbox, Status, compare_output, verdicts
+
+UID_BASE = 65000 + 16 * (os.getpid() % 100)  # away from the other sandbox test modules' ranges
+
+
+@pytest.fixture(scope="module")
+def sb():
+    with Sandbox(n_workers=1, timeout=2.0, memory_mb=512, uid_base=UID_BASE) as s:
+        yield s
+
+
+# ---- 1. float_tol is for real-valued answers --------------------------------------------------------------
+@pytest.mark.parametrize(
+    "got,want",
+    [
+        (b"1000001\n", b"1000000\n"),  # an off-by-one count, within 1e-6 relative
+        (b"1000001.0\n", b"1000000\n"),  # the same, printed as a float
+        (b"2432902008176640000\n", b"2432902008176640001\n"),  # a float-computed product, last digit off
+        (b"1e6\n", b"1000000\n"),  # an integer answer in another spelling
+        (b"3 7\n", b"3 6\n"),  # small integers: no tolerance either
+    ],
+)
+def test_float_tol_never_accepts_a_wrong_integer(got, want):
+    assert compare_output(got, want, float_tol=1e-6) is not None
+    assert compare_output(got, want, "tokens", float_tol=1e-3) is not None
+
+
+def test_real_valued_tokens_keep_their_tolerance():
+    assert compare_output(b"1000001.0\n", b"1000000.0\n", float_tol=1e-6) is None
+    assert compare_output(b"3\n", b"3.000\n", float_tol=1e-9) is None  # an integer form of a real answer
+    assert compare_output(b"0.5000001 7\n", b"0.5 7\n", float_tol=1e-6) is None  # mixed: 7 exactly
+    assert compare_output(b"0.5000001 8\n", b"0.5 7\n", float_tol=1e-6) is not None
+    assert compare_output(b"1.0000001e-7\n", b"1e-7\n", float_tol=1e-6) is None  # an exponent is real
+    assert [verdicts.is_real_token(t) for t in (b"1.5", b".5", b"2.", b"1e9", b"-3", b"+12", b"x1.5")] == [
+        True,
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+    ]
+    assert not verdicts.is_real_token(b"1." + b"5" * verdicts.MAX_NUMBER_CHARS)  # too long: exact
+
+
+def test_a_float_computed_integer_fails_in_the_sandbox(sb):
+    """The README's own example set float_tol on an integer problem: a factorial through floats passed."""
+    exact = "import math\nprint(math.factorial(int(input())))\n"
+    floated = "import math\nprint(int(math.gamma(int(input()) + 1)))\n"  # exact to ~16 digits only
+    cases = [("23\n", f"{math.factorial(23)}\n"), ("25\n", f"{math.factorial(25)}\n")]
+    assert sb.run_stdio(exact, cases, float_tol=1e-6).passed
+    r = sb.run_stdio(floated, cases, float_tol=1e-6)
+    assert r.status is Status.FAILED and r.cases == ("wrong_answer", "wrong_answer"), r
+
+
+# ---- 2 and 6. the comparison's cost -----------------------------------------------------------------------
+def test_a_long_run_of_digits_is_judged_at_once(sb):
+    """64 KiB of digits against a real-valued answer: the number pattern used to backtrack quadratically on it
+    (the judge held for minutes, past the case's limit); now it is a wrong answer like any other."""
+    program = "import sys\nsys.stdout.write('7' * 65536 + 'x')\n"
+    r = sb.run_stdio(program, [("\n", "0.5\n")], timeout=1.0, float_tol=1e-6)
+    assert r.status is Status.FAILED and r.cases == ("wrong_answer",), r
+    r = sb.run_stdio(program, [("\n", "0.5\n")] * 3, timeout=1.0, compare="tokens", float_tol=1e-6)
+    assert r.status is Status.FAILED and r.cases == ("wrong_answer",) * 3, r
+
+
+def test_public_compare_output_is_linear_and_bounded():
+    """In a child process, so that the backtracking pattern (hours on 1 MiB) fails the test instead of holding
+    it: the child must answer; the timeout is a guard against a hang, not a measurement."""
+    code = (
+        "from sandbox import compare_output\n"
+        "digits = b'1' * (1 << 20)\n"
+        "assert compare_output(digits + b'x', b'1.5', float_tol=1e-6) is not None\n"
+        "assert compare_output(digits + b'.5', digits + b'.5', 'tokens', float_tol=1e-6) is None\n"
+        "print('done')\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "done\n", proc.stderr[-2000:]
+    huge = b"1\n" * ((verdicts.MAX_COMPARE_BYTES >> 1) + 1)
+    reason = compare_output(huge, huge)
+    assert reason is not None and "limit" in reason
+
+
+@pytest.mark.parametrize("mode", ["lines", "tokens"])
+def test_the_comparison_looks_at_every_token_after_a_difference(monkeypatch, mode):
+    """Its work must not depend on how much of the answer a guess got right (the judge's time told a program
+    which prefix was right): a wrong first token costs what a wrong last one does."""
+    seen = []
+    real = verdicts._same_token
+
+    def counting(got, want, float_tol):
+        seen.append(want)
+        return real(got, want, float_tol)
+
+    monkeypatch.setattr(verdicts, "_same_token", counting)
+    want = b"0.5 1.5 2.5 3.5\n4.5 5.5\n"
+    for got in (b"9.5 1.5 2.5 3.5\n4.5 5.5\n", b"0.5 1.5 2.5 3.5\n4.5 9.5\n", want):
+        seen.clear()
+        assert (compare_output(got, want, mode, float_tol=1e-9) is None) == (got == want)
+        assert len(seen) == 6, (got, seen)
+
+
+# ---- 7. the host's page cache -----------------------------------------------------------------------------
+def largest_stdlib_file() -> Path:
+    top = Path(os.__file__).parent
+    return max(
+        (p for p in top.rglob("*.py") if "site-packages" not in p.parts), key=lambda p: p.stat().st_size
+    )
+
+
+def is_cached(path: Path, offset: int) -> bool:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.preadv(fd, [bytearray(1)], offset, os.RWF_NOWAIT)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def test_a_case_cannot_evict_the_hosts_page_cache(sb):
+    """fadvise(DONTNEED) or madvise(PAGEOUT) on the stdlib's files (the host's, bound read-only) used to evict
+    them from the host's page cache: the host slowed, and the residency bit was a channel to later tasks."""
+    path = largest_stdlib_file()
+    page = os.sysconf("SC_PAGE_SIZE")
+    offset = (path.stat().st_size // page - 1) * page
+    path.read_bytes()  # cached, whatever ran before
+    assert is_cached(path, offset)
+    program = (
+        "import mmap, os\n"
+        f"fd = os.open({str(path)!r}, os.O_RDONLY)\n"
+        "for advise in (lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED),\n"
+        f"               lambda: mmap.mmap(fd, {page}, prot=mmap.PROT_READ, offset={offset}).madvise(21)):\n"
+        "    try:\n"
+        "        advise()\n"
+        "    except OSError as e:\n"
+        "        print(e.errno)\n"
+    )
+    r = sb.run_stdio(program, [("\n", "1\n1\n")])
+    assert is_cached(path, offset)
+    assert r.passed, r  # both refused with EPERM
+
+
+# ---- 4. tests that are the statement's examples -----------------------------------------------------------
+STATEMENT = "Print the sum of two integers.\n\nExample\nInput\n1 2\nOutput\n3\n"
+
+
+def chat(code: str) -> list[dict[str, str]]:
+    return [{"role": "assistant", "content": f"```python\n{code}```"}]
+
+
+LOOKUP = chat("print({'1 2': 3}.get(input().strip(), 0))\n")  # the statement's example, and nothing else
+
+
+def test_a_lookup_table_of_the_statements_examples_earns_nothing(sb):
+    import json
+
+    from rewards import make_stdio_partial_reward
+
+    def io(inputs, outputs):
+        return json.dumps({"inputs": inputs, "outputs": outputs})
+
+    rows = {
+        "input_output": [io(["1 2\n", "5 5\n"], ["3\n", "10\n"]), io(["1 2\n"], ["3\n"])],
+    }
+    prompts = [[{"role": "user", "content": STATEMENT}]] * 2
+    logged: dict[str, float] = {}
+    hidden = make_stdio_partial_reward(sandbox=sb, name="stdio_hidden")
+    scores = hidden.score(prompts=prompts, completions=[LOOKUP] * 2, log_metric=logged.__setitem__, **rows)
+    assert scores == [0.0, None]  # the second row has no case the prompt does not show
+    assert logged["stdio_hidden/tests_in_prompt_frac"] == 0.5
+    every = make_stdio_partial_reward(sandbox=sb, tests="all")
+    assert every.score(prompts=prompts, completions=[LOOKUP] * 2, **rows) == [0.5, 1.0]
+    # CodeContests: the public tests are the statement's examples, and are not scored by default.
+    contest = {
+        "public_tests": [{"input": ["1 2\n"], "output": ["3\n"]}],
+        "private_tests": [{"input": ["5 5\n"], "output": ["10\n"]}],
+    }
+    assert hidden.score(completions=[LOOKUP], **contest) == [0.0]
+    assert make_stdio_partial_reward(sandbox=sb, tests="all").score(completions=[LOOKUP], **contest) == [0.5]
+    # Call-based rows: the calls the statement shows are left out the same way.
+    calls = {"input_output": [json.dumps({"fn_name": "add", "inputs": [[1, 2], [5, 5]], "outputs": [3, 10]})]}
+    table = chat("def add(a, b):\n    return {(1, 2): 3}.get((a, b), 0)\n")
+    shown = ["Write add(a, b). Example: add(1, 2) returns 3."]
+    assert hidden.score(prompts=shown, completions=[table], **calls) == [0.0]
+    assert every.score(prompts=shown, completions=[table], **calls) == [0.5]
+
+
+def test_which_cases_a_prompt_shows():
+    from sandbox.formats import CallTests, StdioTests, hide_shown, shown_cases
+
+    tests = StdioTests((("3\n1 2 3\n", "6\n"), ("2\n7 8\n", "15\n")))
+    prompt = "Input\n3\n1   2 3\n\nOutput\n6"
+    assert shown_cases(tests, prompt) == (True, False)
+    assert hide_shown(tests, prompt) == (StdioTests((("2\n7 8\n", "15\n"),)), False)
+    assert hide_shown(tests, "nothing") == (tests, False)
+    assert hide_shown(tests, prompt + "\n2\n7 8\n15") == (None, True)
+    calls = CallTests("f", ((([1, 2],), True), (([3],), False)))
+    assert shown_cases(calls, "f([1, 2]) -> True") == (True, False)
+    assert shown_cases(calls, "f([1,2]) == true") == (True, False)
+
+
+# ---- 5. threads share the process's file table, fs and memory ----------------------------------------------
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="clone's syscall number is x86_64's")
+def test_a_thread_without_its_processs_file_table_is_refused(sb):
+    """A clone that makes a thread (CLONE_THREAD) but not one sharing the file table or fs struct would give it
+    RLIMIT_NOFILE fds of its own, each one more memfd or pipe outside the address space: refused with EPERM
+    before it exists (the raw syscall, stack 0: had it been allowed, the case would have crashed)."""
+    program = (
+        "import ctypes\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "VM, FS, FILES, SIGHAND, THREAD = 0x100, 0x200, 0x400, 0x800, 0x10000\n"
+        "for flags in (VM | FS | SIGHAND | THREAD, VM | FILES | SIGHAND | THREAD):\n"
+        "    libc.syscall.restype = ctypes.c_long\n"
+        "    r = libc.syscall(ctypes.c_long(56), ctypes.c_ulong(flags), 0, 0, 0, 0)\n"
+        "    print(r, ctypes.get_errno())\n"
+    )
+    r = sb.run_stdio(program, [("\n", "-1 1\n-1 1\n")])
+    assert r.passed, r
+    assert sb.layers["shared_file_table"]
+
+
+# ---- 2. no case runs after a comparison it could time ------------------------------------------------------
+class FakeRun:
+    """The judge's side of a stdin/stdout task, without processes: the case server says the program compiled."""
+
+    def __init__(self) -> None:
+        import time
+
+        self.deadline = time.monotonic() + 60
+        self.cap = 1 << 20
+
+    def send(self, *objs: object) -> None:
+        pass
+
+    def receive(self) -> list:
+        return ["ok"]
+
+
+@pytest.mark.parametrize("stop_on_failure", [False, True])
+def test_outputs_are_compared_after_the_last_case(monkeypatch, stop_on_failure):
+    """A comparison's time depends on the expected output (its length, and once on how much of it was right);
+    a case that starts after it can read that from the clock. So the judge runs every case first and compares
+    after, except with stop_on_failure, which must know at once (and tells the next case only that the last one
+    passed)."""
+    from sandbox._zygote import stdio_judge as zygote
+
+    events: list[str] = []
+
+    def run_case(run, data, deadline):
+        events.append("run")
+        return "exited", 0, bytearray(data), bytearray()
+
+    def case_verdict(ended, status, out, err, want, task, verdict):
+        events.append("compare")
+        return ("passed", "") if bytes(out) == want else ("wrong_answer", "differs")
+
+    monkeypatch.setattr(zygote, "run_case", run_case)
+    monkeypatch.setattr(zygote, "case_verdict", case_verdict)
+    cases = [(f"{i}\n", f"{i}\n") for i in range(5)]
+    task = {"program": "", "timeout": 1.0, "total_timeout": 10.0, "memory_mb": 64, "cases": cases}
+    task |= {"stop_on_failure": stop_on_failure, "compare": "lines", "float_tol": None, "max_output": 1 << 20}
+    verdict = zygote.Verdict()
+    status, _ = zygote.judge_stdio(FakeRun(), task, verdict)
+    assert status == "passed" and verdict.cases == ["passed"] * 5
+    assert events == (["run", "compare"] * 5 if stop_on_failure else ["run"] * 5 + ["compare"] * 5)
