@@ -93,8 +93,8 @@ def read_samples(path: str) -> list[dict[str, Any]]:
     return rows
 
 
-# A copy of experiments.stats.pass_at_k: the sandbox never imports experiments (tests/test_sandbox_cli.py
-# checks that the copies agree).
+# A copy of experiments.evaluation.stats.pass_at_k: the sandbox never imports experiments
+# (tests/sandbox/test_sandbox_cli.py checks that the copies agree).
 def pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased estimator of Chen et al. (2021): 1 - C(n - c, k) / C(n, k)."""
     if n - c < k:
