@@ -8,7 +8,15 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from experiments.report.analysis import ATOL, COINCIDE_SHARE, RATE_METRICS, RTOL, build_report, metric_list
+from experiments.report.analysis import (
+    ALPHA,
+    ATOL,
+    COINCIDE_SHARE,
+    RATE_METRICS,
+    RTOL,
+    build_report,
+    metric_list,
+)
 
 _LABELS = {
     "greedy_pass@1": "Greedy pass@1",
@@ -302,6 +310,36 @@ def _coverage_section(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _from_start_section(report: Mapping[str, Any]) -> list[str]:
+    """Each method's change from its starting model per metric, Holm-adjusted over the methods."""
+    fs = report.get("from_start")
+    if not fs:
+        return []
+    names = list(fs)
+    m = max(v["family"] for v in fs.values())
+    lines = ["", "## Change from the starting model, Holm over the methods", ""]
+    lines.append(
+        f"Each method's paired change (after − before, on the same problems), with its simultaneous interval over "
+        f"the {m} methods (Bonferroni, {100 * (1 - ALPHA / m):.2f}% each, so all hold together at 95%) and the "
+        f"p-value adjusted by Holm over the methods. **Raised** / **lowered**: Holm-adjusted p < {ALPHA}."
+    )
+    header = ["Method"] + [_label(n) for n in names]
+    lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for method in dict.fromkeys(r["method"] for v in fs.values() for r in v["methods"]):
+        cells = [method]
+        for name in names:
+            row = next((r for r in fs[name]["methods"] if r["method"] == method), None)
+            if row is None:
+                cells.append("—")
+                continue
+            word = {"raised": "**raised**", "lowered": "**lowered**"}.get(row["verdict"], "no change shown")
+            cells.append(
+                f"{_fmt_delta(name, row['delta'], row['simultaneous_ci'])}, p_Holm {row['p_holm']:.2g}: {word}"
+            )
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def _comparison_section(report: Mapping[str, Any]) -> list[str]:
     lines = ["", "## Between methods (after training)", ""]
     if report.get("single_seed"):
@@ -448,6 +486,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         lines += ["", "## Seeds", "", note, ""]
         lines += _seed_table(methods)
     lines += _coverage_section(report)
+    lines += _from_start_section(report)
     if report["comparisons"]:
         lines += _comparison_section(report)
     lines += _runs_table(report)

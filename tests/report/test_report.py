@@ -660,3 +660,49 @@ def test_the_base_model_overtakes_a_sharpened_method_at_the_k_it_should(tmp_path
     assert "| Starting model (eval_before) | 1 | 20 | 8 | 11.9% [" in section
     assert (tmp_path / "out" / "pass_at_k_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "(pass_at_k_curve.png)" in text
+
+
+def test_each_methods_change_from_its_start_is_tested_with_holm_over_the_methods(tmp_path: Path) -> None:
+    """Of four methods on 60 problems, `up` gains 12 greedy problems from the shared start, `slight` 4, `flat`
+    none and `down` loses 12: raised, no change shown (its raw p is below 0.05, Holm's over four is not), no
+    change, lowered. The start lists its problems in another order than the runs' ends (pairing is by task)."""
+    rng = np.random.default_rng(1)
+    tasks = [f"t{i}" for i in range(60)]
+    start = rng.random(60) < 0.5
+    fails, passes = np.flatnonzero(~start), np.flatnonzero(start)[:12]
+    after = {m: start.copy() for m in ("up", "slight", "flat", "down")}
+    after["up"][fails[:12]] = True
+    after["slight"][fails[:4]] = True
+    after["down"][passes] = False
+    before_ev = _eval([5 * int(x) for x in start[::-1]], [bool(x) for x in start[::-1]], tasks=tasks[::-1])
+    dirs = []
+    for method, gs in after.items():
+        ev = _eval([5 * int(x) for x in gs], [bool(x) for x in gs], tasks=tasks)
+        dirs.append(_write_run(tmp_path / method, method, 0, before_ev, ev, None))
+    report = build_report(dirs, tmp_path)
+    greedy = report["from_start"]["greedy_pass@1"]
+    assert greedy["family"] == 4 and greedy["correction"] == "holm"
+    rows = {r["method"]: r for r in greedy["methods"]}
+    assert rows["up"]["delta"] == pytest.approx(12 / 60, abs=1e-6)
+    assert rows["slight"]["delta"] == pytest.approx(4 / 60, abs=1e-6)
+    assert rows["down"]["delta"] == pytest.approx(-12 / 60, abs=1e-6)
+    assert rows["flat"]["delta"] == 0 and rows["flat"]["ci"] == [0, 0]
+    verdicts = [rows[m]["verdict"] for m in ("up", "slight", "flat", "down")]
+    assert verdicts == ["raised", "no change shown", "no change shown", "lowered"]
+    assert rows["slight"]["p"] < 0.05 < rows["slight"]["p_holm"]
+    ps = [r["p"] for r in greedy["methods"]]
+    adjusted = [r["p_holm"] for r in greedy["methods"]]
+    order = np.argsort(ps, kind="stable")
+    expected = np.maximum.accumulate(np.minimum(1.0, np.sort(ps) * np.array([4, 3, 2, 1])))
+    assert [adjusted[i] for i in order] == pytest.approx(list(expected))
+    for r in rows.values():
+        assert r["simultaneous_ci"][0] <= r["ci"][0] and r["ci"][1] <= r["simultaneous_ci"][1]
+    assert rows["up"]["simultaneous_ci"][0] > 0 > rows["down"]["simultaneous_ci"][1]
+    for m in ("up", "down"):  # wider than the 95% interval, as 4 intervals at 98.75% each must be
+        assert (
+            rows[m]["simultaneous_ci"][1] - rows[m]["simultaneous_ci"][0]
+            > rows[m]["ci"][1] - rows[m]["ci"][0]
+        )
+    text = render_markdown(report)
+    assert "## Change from the starting model, Holm over the methods" in text
+    assert "| up | +20.0 pp [" in text and ": **raised** |" in text and ": **lowered** |" in text
