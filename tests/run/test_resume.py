@@ -379,7 +379,9 @@ def test_ppo_with_lora_resumes_its_lora_critic(
     assert got == expected
 
 
-def test_ppo_lora_critic_trains_only_its_adapter_and_head(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_ppo_lora_critic_trains_only_its_adapter_and_head(
+    tiny_model_dir: Path, tmp_path: Path, tiny_train_args
+) -> None:
     from peft import LoraConfig
     from transformers import AutoTokenizer
 
@@ -391,18 +393,7 @@ def test_ppo_lora_critic_trains_only_its_adapter_and_head(tiny_model_dir: Path, 
     args = build_config(
         "ppo",
         output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        activation_checkpointing=False,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=8,
-        learning_rate=1e-2,
-        max_steps=2,
-        seed=0,
+        **(tiny_train_args | {"learning_rate": 1e-2}),
     )
     trainer = PPOTrainer(
         model=str(tiny_model_dir),

@@ -92,7 +92,9 @@ def test_the_new_rows_take_grpos_budget_on_each_shared_file(budget: str) -> None
             assert getattr(cfg, key) == value, (budget, method, key)
 
 
-def test_dapo_masks_truncated_completions_out_of_the_loss(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_dapo_masks_truncated_completions_out_of_the_loss(
+    tiny_model_dir: Path, tmp_path: Path, tiny_train_args
+) -> None:
     """Overlong filtering: with every completion cut at max_completion_length the loss is 0 and the policy stays;
     with an EOS forced at the last position none is truncated and the policy moves."""
     from transformers import AutoTokenizer
@@ -105,20 +107,7 @@ def test_dapo_masks_truncated_completions_out_of_the_loss(tiny_model_dir: Path, 
         args = build_config(
             "dapo",
             output_dir=str(tmp_path / name),
-            use_cpu=True,
-            bf16=False,
-            activation_checkpointing=False,
-            report_to="none",
-            save_strategy="no",
-            disable_tqdm=True,
-            logging_steps=1,
-            per_device_train_batch_size=8,
-            num_generations=4,
-            max_completion_length=8,
-            learning_rate=1e-3,
-            max_steps=1,
-            seed=0,
-            **overrides,
+            **(tiny_train_args | {"max_steps": 1} | overrides),
         )
         trainer = METHODS["dapo"].trainer_cls(
             model=str(tiny_model_dir),

@@ -155,7 +155,9 @@ def binary_reward(completions: list[str], **kwargs) -> list[float]:
     return [float(len(c) % 2) for c in completions]
 
 
-def test_pkpo_trains_two_steps_with_its_advantages(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_pkpo_trains_two_steps_with_its_advantages(
+    tiny_model_dir: Path, tmp_path: Path, tiny_train_args
+) -> None:
     from transformers import AutoTokenizer
 
     from experiments.learnable.tasks import train_rows
@@ -163,20 +165,7 @@ def test_pkpo_trains_two_steps_with_its_advantages(tiny_model_dir: Path, tmp_pat
     args = build_config(
         "pkpo",
         output_dir=str(tmp_path),
-        use_cpu=True,
-        bf16=False,
-        activation_checkpointing=False,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
-        logging_steps=1,
-        per_device_train_batch_size=8,
-        num_generations=4,
-        pkpo_k=2,
-        max_completion_length=8,
-        learning_rate=1e-3,
-        max_steps=2,
-        seed=0,
+        **(tiny_train_args | {"pkpo_k": 2}),
     )
     trainer = METHODS["pkpo"].trainer_cls(
         model=str(tiny_model_dir),

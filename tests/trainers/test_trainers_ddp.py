@@ -34,18 +34,13 @@ def worker(method: str, model_dir: str, out_dir: str) -> None:
 
     torch.set_num_threads(1)
     from experiments.learnable.tasks import train_rows
-    from experiments.trainers import METHODS, build_config
+    from experiments.trainers import CPU_ARGS, METHODS, build_config
 
     rank = int(os.environ["RANK"])
     args = build_config(
         method,
         output_dir=str(Path(out_dir) / "run"),
-        use_cpu=True,
-        bf16=False,
-        activation_checkpointing=False,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
+        **CPU_ARGS,
         logging_steps=1,
         per_device_train_batch_size=4,
         gradient_accumulation_steps=2,
