@@ -385,7 +385,7 @@ def test_compare_runs_every_method_per_seed_on_one_budget_file(
         for c in launched
     }
     assert got == {(m, s, str(tmp_path / f"{m}-seed{s}")) for s in ("3", "4") for m in ("grpo", "ppo")}
-    assert all(c[c.index("experiments.run.train") + 1] == str(CONFIGS / "cpu.yaml") for c in launched)
+    assert all(c[c.index("experiments.train") + 1] == str(CONFIGS / "cpu.yaml") for c in launched)
     assert all(c[c.index("--budget_prompts") + 1] == "4" for c in launched)
     assert all(("--lam" in c) == (c[c.index("--method") + 1] == "ppo") for c in launched)
     assert sorted(p.name for p in reported["dirs"]) == ["grpo-seed3", "grpo-seed4", "ppo-seed3", "ppo-seed4"]
