@@ -5,6 +5,7 @@
     python benchmarks/bench_learning.py --prompts 160 --seeds 0 --methods grpo ppo --out runs/quick
     python benchmarks/bench_learning.py --final-samples 64 --seeds 0 --out runs/a   # coverage curves, k = 1 ... 64
     python benchmarks/bench_learning.py --merge runs/a runs/b --out runs/ab          # two jobs' runs, one report
+    python benchmarks/bench_learning.py --contrast pkpo grpo --out runs/ab            # one pair at every k
 
 The longer version of tests/test_learning.py: the same warm-started model (95 SFT steps), recipe
 (`experiments.learnable.recipe.RL_DEFAULTS`), reward (`rewards.unit_test_reward`) and family split (no held-out body in
@@ -70,7 +71,17 @@ def main() -> None:
         default=None,
         help="outs of earlier runs: one learning.json and report",
     )
+    parser.add_argument(
+        "--contrast",
+        nargs=2,
+        metavar=("A", "B"),
+        default=None,
+        help="with the runs of --out: A - B at every k of the coverage curve, Holm over the k (contrast_A_B.json)",
+    )
     args = parser.parse_args()
+    if args.contrast:
+        contrast(args.out, *args.contrast)
+        return
     if args.plot_only:
         plot(json.loads((args.out / "learning.json").read_text()), args.out)
         return
@@ -198,6 +209,78 @@ def _write_report(run_dirs: list[Path], out: Path, settings: dict) -> None:
     report = write_report(run_dirs, out / "report", title=title)
     print(console_table(json.loads(report.with_suffix(".json").read_text())))
     print(f"report: {report}")
+
+
+def contrast(out: Path, a: str, b: str) -> None:
+    """One planned comparison, A - B after training, at every k = 1, 2, 4, ..., n of the coverage curve and at
+    greedy pass@1: paired by problem and by seed (A's seed s against B's seed s, which sampled the same fresh
+    prompts), problems and seed pairs resampled, Holm over the k. Written to `out`/contrast_A_B.json."""
+    import numpy as np
+
+    from experiments.evaluation.stats import (
+        bootstrap_p_value,
+        coverage_ks,
+        hierarchical_bootstrap,
+        holm,
+        pass_at_k_per_problem,
+        percentile_interval,
+    )
+    from experiments.report.runs import load_run
+
+    results = json.loads((out / "learning.json").read_text())
+    outs = [Path(o) for o in results["settings"].get("merged_from", [str(out)])]
+    runs = {}
+    for o in outs:
+        for d in sorted((o / "runs").iterdir()):
+            run = load_run(d)
+            runs[(run.method, run.seed)] = run
+    seeds = sorted({s for m, s in runs if m == a} & {s for m, s in runs if m == b})
+    if not seeds:
+        raise SystemExit(f"--contrast: no seed has runs of both {a} and {b} under {out}")
+
+    def per_problem(run, name: str) -> dict[str, float]:
+        rows = run.after["problems"]
+        if name == "greedy_pass@1":
+            return {r["task_id"]: float(r["greedy_passed"]) for r in rows}
+        k = int(name.split("@")[1])
+        vals = pass_at_k_per_problem([r["n"] for r in rows], [r["correct"] for r in rows], k)
+        return {r["task_id"]: float(v) for r, v in zip(rows, vals)}
+
+    n = min(r["n"] for s in seeds for m in (a, b) for r in runs[(m, s)].after["problems"])
+    names = ["greedy_pass@1"] + [f"pass@{k}" for k in coverage_ks(n)]
+    rows = []
+    for name in names:
+        pa = [per_problem(runs[(a, s)], name) for s in seeds]
+        pb = [per_problem(runs[(b, s)], name) for s in seeds]
+        tasks = sorted(pa[0])
+        diff = np.array([[x[t] - y[t] for t in tasks] for x, y in zip(pa, pb)])
+        reps = hierarchical_bootstrap([diff], n_bootstrap=10_000, seed=0)[:, 0]
+        rows.append(
+            {
+                "metric": name,
+                "delta": float(diff.mean()),
+                "ci": percentile_interval(reps),
+                "p": bootstrap_p_value(reps),
+            }
+        )
+    for row, adjusted in zip(rows, holm([r["p"] for r in rows])):
+        row["p_holm"] = adjusted
+    summary = {
+        "contrast": f"{a} - {b}",
+        "seeds": seeds,
+        "problems": len(tasks),
+        "n": n,
+        "correction": f"holm over the {len(rows)} metrics",
+        "rows": rows,
+    }
+    path = out / f"contrast_{a}_{b}.json"
+    path.write_text(json.dumps(summary, indent=1))
+    for row in rows:
+        print(
+            f"{row['metric']:<14} {a} - {b} {100 * row['delta']:+6.1f} pp "
+            f"[{100 * row['ci'][0]:+.1f}, {100 * row['ci'][1]:+.1f}]  p {row['p']:.3g}  p_holm {row['p_holm']:.3g}"
+        )
+    print(f"contrast: {path}")
 
 
 def merge(outs: list[Path], out: Path) -> None:

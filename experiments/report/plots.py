@@ -28,11 +28,28 @@ def _smooth(values: Sequence[float]) -> np.ndarray:
     return out
 
 
+def _colors(order: Sequence[str]) -> dict[str, Any]:
+    """One colour per method, distinct up to 20 methods (tab10, then tab20's pairs of light and dark)."""
+    import matplotlib.pyplot as plt
+
+    cmap, n = ("tab10", 10) if len(order) <= 10 else ("tab20", 20)
+    return {m: plt.get_cmap(cmap)(i % n) for i, m in enumerate(order)}
+
+
+def _legend(ax: Any, n_entries: int, loc: str) -> None:
+    """The legend inside the axes for a few entries, beside them (right) for many, where it would hide curves."""
+    if n_entries > 6:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8)
+    else:
+        ax.legend(loc=loc, frameon=False)
+
+
 def plot_curve(spec: Mapping[str, Any], order: Sequence[str], path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    colors = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(order)}
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
+    colors = _colors(order)
+    wide = len(spec["series"]) > 6
+    fig, ax = plt.subplots(figsize=(10.5 if wide else 8, 4.5), dpi=110)
     styles = ["-", "--", ":", "-."]
     markers = ["x", "+", "^", "s", "v"]
     seen: dict[str, int] = {}
@@ -91,7 +108,7 @@ def plot_curve(spec: Mapping[str, Any], order: Sequence[str], path: Path) -> Non
     ax.set_xlabel(spec.get("xlabel", "training step"))
     ax.set_ylabel(spec["ylabel"])
     ax.grid(alpha=0.3)
-    ax.legend(loc="best", frameon=False)
+    _legend(ax, len(spec["series"]), "best")
     fig.tight_layout()
     fig.savefig(path, metadata=PNG_METADATA)
     plt.close(fig)
@@ -201,11 +218,12 @@ def plot_coverage(coverage: Mapping[str, Any] | None, order: Sequence[str], path
     curves = (
         [("starting model (eval_before)", coverage["base"], "#333333", "--")] if coverage.get("base") else []
     )
-    colors = {m: plt.get_cmap("tab10")(i % 10) for i, m in enumerate(order)}
+    colors = _colors(order)
     curves += [(m["method"], m, colors.get(m["method"], "#1f77b4"), "-") for m in coverage["methods"]]
     if not curves:
         return False
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=110)
+    many = len(curves) > 6
+    fig, ax = plt.subplots(figsize=(10 if many else 7, 4.5), dpi=110)
     for label, c, color, style in curves:
         ks = c["ks"]
         ax.fill_between(
@@ -213,7 +231,7 @@ def plot_coverage(coverage: Mapping[str, Any] | None, order: Sequence[str], path
             [100 * lo for lo, _ in c["ci"]],
             [100 * hi for _, hi in c["ci"]],
             color=color,
-            alpha=0.15,
+            alpha=0.06 if many else 0.15,  # a dozen overlapping bands at 0.15 read as one grey field
             linewidth=0,
         )
         ax.plot(
@@ -233,7 +251,7 @@ def plot_coverage(coverage: Mapping[str, Any] | None, order: Sequence[str], path
     ax.set_ylim(0, 105)
     ax.set_title("Pass@k against k (bands: 95% bootstrap over problems and seeds)")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", frameon=False)
+    _legend(ax, len(curves), "lower right")
     fig.tight_layout()
     fig.savefig(path, metadata=PNG_METADATA)
     plt.close(fig)
