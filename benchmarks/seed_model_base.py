@@ -24,6 +24,7 @@ import numpy as np
 
 SEED_SPLIT = {"n_train": 50, "n_eval": 30, "seed": 0}  # seed.yaml: n_train, n_eval, split_seed
 SEED_PROTOCOL_N = 5  # the seed's evaluate_model(num_samples=5)
+HUMANEVAL_PROBLEMS = 164
 
 
 def probe_dtype(path: str, threads: int) -> dict[str, Any]:
@@ -131,9 +132,11 @@ def summarize(out: Path, args: argparse.Namespace) -> dict[str, Any]:
             for k in (1, 5, 10, n)
             if k <= n
         },
-        "greedy_pass@1_eval30": est([p["greedy_passed"] for p in evals]),
-        "greedy_pass@1_all164": est([p["greedy_passed"] for p in evals + rest]),
+        # Named by the problems counted, so that a summary of unfinished chunks cannot pass for the full row.
+        f"greedy_pass@1_eval{len(evals)}": est([p["greedy_passed"] for p in evals]),
     }
+    if rest:
+        rows[f"greedy_pass@1_all{len(evals) + len(rest)}"] = est([p["greedy_passed"] for p in evals + rest])
     timing = {
         part: {
             "wall_s": sum(c["timing"]["wall_s"] for c in cs),
@@ -147,6 +150,7 @@ def summarize(out: Path, args: argparse.Namespace) -> dict[str, Any]:
         "source": json.loads((out / "source.json").read_text()),
         "probe": json.loads((out / "probe.json").read_text()),
         "problems": {"eval": len(evals), "rest": len(rest)},
+        "complete": len(evals) == SEED_SPLIT["n_eval"] and len(evals) + len(rest) == HUMANEVAL_PROBLEMS,
         "n": n,
         "metrics": rows,
         "timing": timing,

@@ -19,8 +19,10 @@ from __future__ import annotations
 import math
 import os
 import selectors
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -280,14 +282,33 @@ def run_children(
     output in `log`; a child without one writes to the console itself. When a child fails, none is started
     after it and the running ones are stopped; the children come back with their `returncode` (None: never
     started, or stopped).
+
+    Ctrl-C reaches this process alone (each child has its own process group). The first one is passed on to the
+    running children from the signal handler itself, once each, so that each run stops at the end of its step and
+    saves a checkpoint there; the loop then waits for them and raises KeyboardInterrupt. A second Ctrl-C stops them
+    at once. Only the handler's own work decides: a KeyboardInterrupt raised wherever the signal landed was once
+    lost on a loaded machine (a comparison ran to the end and exited 0).
     """
     board = board or ProgressBoard()
     pending = list(children)
     running: list[_Running] = []
     sel = selectors.DefaultSelector()
     failed = False
+    ctrl_c = threading.Event()
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        if ctrl_c.is_set():
+            raise KeyboardInterrupt
+        ctrl_c.set()
+        for run in list(running):
+            run.interrupt()
+
+    main_thread = threading.current_thread() is threading.main_thread()  # only it may set handlers
+    previous = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
     try:
         while pending or running:
+            if ctrl_c.is_set():
+                raise KeyboardInterrupt
             while pending and not failed and len(running) < max(1, jobs):
                 child = pending.pop(0)
                 if on_start:
@@ -313,20 +334,21 @@ def run_children(
                     run.stop()
                 running.clear()
     except KeyboardInterrupt:
-        # Ctrl-C reaches this process alone (each child has its own process group): pass it on once, so that each
-        # run stops at the end of its step and saves a checkpoint there; a second Ctrl-C stops them at once.
+        ctrl_c.set()  # a second Ctrl-C, from here on, raises in the handler
         for run in running:
-            run.interrupt()
+            run.interrupt()  # a no-op for the runs the handler has told already
         try:
             for run in running:
                 run.stop(grace=INTERRUPT_GRACE_S)
         except KeyboardInterrupt:
             for run in running:
-                run.interrupt()
+                run.interrupt(again=True)
                 run.stop(grace=10.0)
         running.clear()
         raise
     finally:
+        if main_thread and previous is not None:
+            signal.signal(signal.SIGINT, previous)
         for run in running:  # left by another error: stop them
             run.stop()
         sel.close()
@@ -342,6 +364,7 @@ class _Running:
     t0: float
     buffer: bytes = b""
     closed: bool = False
+    interrupted: bool = False
 
     @classmethod
     def start(cls, child: Child, live: bool) -> _Running:
@@ -385,11 +408,11 @@ class _Running:
         if self.log:
             self.log.close()
 
-    def interrupt(self) -> None:
-        """Send the child SIGINT, as Ctrl-C would (this call started it, so by its own handle)."""
-        import signal
-
-        if self.proc.poll() is None:
+    def interrupt(self, again: bool = False) -> None:
+        """Send the child SIGINT, as Ctrl-C would (this call started it, so by its own handle): once, since the
+        child reads a second SIGINT as "stop now", unless `again` asks for that."""
+        if self.proc.poll() is None and (again or not self.interrupted):
+            self.interrupted = True
             self.proc.send_signal(signal.SIGINT)
 
     def stop(self, grace: float = 0.0) -> None:

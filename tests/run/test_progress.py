@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+from pathlib import Path
 
 from transformers import TrainerControl, TrainerState
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -191,3 +192,61 @@ def test_the_warm_start_shows_a_progress_line_not_loss_dicts(tiny_model_dir, tmp
     lines = [line for line in err.splitlines() if line.startswith("warm start step ")]
     assert lines[0] == "warm start step 0/3" and lines[-1].startswith("warm start step 3/3 ")
     assert " done in " in lines[-1]
+
+
+CHILD_COUNTING_SIGINTS = """
+import signal, sys, time
+from pathlib import Path
+got = []
+signal.signal(signal.SIGINT, lambda *a: (got.append(1), Path(sys.argv[1]).write_text(str(len(got)))))
+Path(sys.argv[1]).write_text("0")
+end = time.monotonic() + 4
+while time.monotonic() < end:
+    time.sleep(0.05)
+sys.exit(130 if got else 0)
+"""
+
+PARENT_OF_ONE_CHILD = """
+import sys
+from pathlib import Path
+from experiments.run.progress import Child, ProgressBoard, run_children
+child = Child("c", [sys.executable, sys.argv[1], sys.argv[2]], log=Path(sys.argv[3]))
+try:
+    run_children([child], board=ProgressBoard(open("/dev/null", "w")))
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_one_ctrl_c_reaches_the_running_child_once_and_a_second_one_again(tmp_path) -> None:
+    """The parent passes Ctrl-C on from its handler: the child gets exactly one SIGINT for one Ctrl-C (a second
+    would mean "stop now" to a run), two for two, and the parent ends as interrupted."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "child.py").write_text(CHILD_COUNTING_SIGINTS)
+    (tmp_path / "parent.py").write_text(PARENT_OF_ONE_CHILD)
+    repo = str(Path(__file__).resolve().parents[2])
+    for ctrl_cs in (1, 2):
+        count = tmp_path / f"count{ctrl_cs}"
+        parent = subprocess.Popen(
+            [
+                sys.executable,
+                str(tmp_path / "parent.py"),
+                str(tmp_path / "child.py"),
+                str(count),
+                str(tmp_path / "log"),
+            ],
+            env=dict(os.environ, PYTHONPATH=repo),
+        )
+        deadline = time.monotonic() + 60
+        while not count.exists():
+            assert parent.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        for _ in range(ctrl_cs):
+            parent.send_signal(signal.SIGINT)
+            time.sleep(0.5)
+        assert parent.wait(timeout=60) == 130
+        assert count.read_text() == str(ctrl_cs)
