@@ -5,6 +5,12 @@ pass@1 on the rest of HumanEval, so that greedy covers all 164 problems.
     python benchmarks/seed_model_base.py qwen2.5-coder-1.5b benchmarks/results/seed_model/base_1.5b --n 20
     python benchmarks/seed_model_base.py qwen2.5-coder-1.5b benchmarks/results/seed_model/base_1.5b --summary
 
+A trained run is scored the same way (MODEL is its output_dir, a LoRA adapter over the converted model), on the 30
+eval problems only, and compared problem by problem with the base row:
+
+    python benchmarks/seed_model_base.py runs/seed_1.5b/reinforce OUT --n 5 --eval-only \
+        --compare benchmarks/results/seed_model/base_1.5b
+
 Resumable: each chunk of problems is written to OUT/chunks/ as it finishes and skipped when the command runs again
 (chunk i samples from seed + i). The dtype is the faster of bfloat16 and float32 in a timed decode step of this
 model on this host (`OUT/probe.json`). `--summary` merges the chunks into OUT/summary.json and prints the table.
@@ -56,16 +62,20 @@ def run_chunks(args: argparse.Namespace, out: Path) -> None:
     from experiments.inputs.data import load_humaneval, split_dataset, to_rl_rows
     from experiments.inputs.models import load_model_and_tokenizer, model_source, resolve_model
 
-    path = resolve_model(args.model)
+    adapter = Path(args.model) / "adapter_config.json"
+    path = args.model if adapter.is_file() else resolve_model(args.model)
     probe_file = out / "probe.json"
     if not probe_file.exists():
         probe_file.write_text(json.dumps(probe_dtype(path, args.threads), indent=2) + "\n")
     probe = json.loads(probe_file.read_text())
     torch.set_num_threads(args.threads)
     model, tok = load_model_and_tokenizer(path, dtype=getattr(torch, probe["dtype"]))
-    (out / "source.json").write_text(
-        json.dumps({"model": args.model, "source": model_source(path)}, indent=2) + "\n"
-    )
+    source: dict[str, Any] = {"model": args.model, "source": model_source(path)}
+    if adapter.is_file():  # a trained run: the base it adapts, and what trained it
+        source["source"] = model_source(json.loads(adapter.read_text())["base_model_name_or_path"])
+        run = json.loads((Path(path) / "run.json").read_text())
+        source["run"] = {k: run.get(k) for k in ("method", "seed", "method_hparams", "budget", "wall_time_s")}
+    (out / "source.json").write_text(json.dumps(source, indent=2) + "\n")
 
     full = load_humaneval()
     split = split_dataset(full, SEED_SPLIT["n_train"], SEED_SPLIT["n_eval"], seed=SEED_SPLIT["seed"])
@@ -74,7 +84,7 @@ def run_chunks(args: argparse.Namespace, out: Path) -> None:
     jobs = [
         ("eval", to_rl_rows(split["eval"], style="completion"), args.n, args.chunk, args.batch_size),
         ("rest", to_rl_rows(rest, style="completion"), 1, args.greedy_chunk, args.greedy_chunk),
-    ]
+    ][: 1 if args.eval_only else 2]
     for part, rows, n, chunk, batch_size in jobs:
         for i, start in enumerate(range(0, len(rows), chunk)):
             file = out / "chunks" / f"{part}_{i:03d}.json"
@@ -150,7 +160,8 @@ def summarize(out: Path, args: argparse.Namespace) -> dict[str, Any]:
         "source": json.loads((out / "source.json").read_text()),
         "probe": json.loads((out / "probe.json").read_text()),
         "problems": {"eval": len(evals), "rest": len(rest)},
-        "complete": len(evals) == SEED_SPLIT["n_eval"] and len(evals) + len(rest) == HUMANEVAL_PROBLEMS,
+        "complete": len(evals) == SEED_SPLIT["n_eval"]
+        and (args.eval_only or len(evals) + len(rest) == HUMANEVAL_PROBLEMS),
         "n": n,
         "metrics": rows,
         "timing": timing,
@@ -158,8 +169,54 @@ def summarize(out: Path, args: argparse.Namespace) -> dict[str, Any]:
         "host": {"machine": platform.machine(), "python": platform.python_version()},
         "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
     }
+    if args.compare:
+        summary["paired_vs"] = {"base": args.compare, **paired(evals, Path(args.compare), kw)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def paired(evals: list[dict[str, Any]], base_dir: Path, kw: dict[str, Any]) -> dict[str, Any]:
+    """This row minus the base row, problem by problem over the same eval problems: the seed's protocol read from
+    each row's first 5 samples, unbiased pass@1 from all of each row's samples, and greedy (bootstrap over
+    problems of the per-problem differences)."""
+    from experiments.evaluation.stats import paired_interval, pass_at_k_per_problem
+
+    base = {
+        p["task_id"]: p
+        for f in sorted((base_dir / "chunks").glob("eval_*.json"))
+        for p in json.loads(f.read_text())["problems"]
+    }
+    missing = [p["task_id"] for p in evals if p["task_id"] not in base]
+    if missing:
+        raise SystemExit(
+            f"--compare {base_dir}: no base result for {', '.join(missing)}; finish that row first"
+        )
+    pairs = [(p, base[p["task_id"]]) for p in evals]
+
+    def per_problem(p: dict[str, Any]) -> dict[str, float]:
+        passed = [r >= 1.0 for r in p["rewards"]]
+        first5 = passed[:SEED_PROTOCOL_N]
+        return {
+            "first_sample_pass@1": float(passed[0]),
+            "pass@5_any_of_5": float(any(first5)),
+            "unbiased_pass@1_n5": sum(first5) / len(first5),
+            "unbiased_pass@1_all_samples": float(pass_at_k_per_problem([len(passed)], [sum(passed)], 1)[0]),
+            "greedy_pass@1": float(p["greedy_passed"]),
+        }
+
+    rows = [(per_problem(a), per_problem(b)) for a, b in pairs]
+    result: dict[str, Any] = {"problems": len(rows), "n_this": min(len(a["rewards"]) for a, _ in pairs)}
+    result["n_base"] = min(len(b["rewards"]) for _, b in pairs)
+    for key in rows[0][0]:
+        a = np.array([[r[0][key] for r in rows]])
+        b = np.array([[r[1][key] for r in rows]])
+        result[key] = {
+            "this": float(a.mean()),
+            "base": float(b.mean()),
+            "diff": float(a.mean() - b.mean()),
+            "ci": paired_interval(a, b, n_bootstrap=kw["n_bootstrap"], seed=kw["seed"]),
+        }
+    return result
 
 
 def main() -> None:
@@ -178,12 +235,17 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--summary", action="store_true", help="only merge the chunks and print the table")
+    ap.add_argument(
+        "--eval-only", action="store_true", help="the 30 eval problems only (no greedy on the rest)"
+    )
+    ap.add_argument("--compare", help="a base row's OUT folder: add paired differences to summary.json")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if not args.summary:
         run_chunks(args, out)
-    print(json.dumps(summarize(out, args)["metrics"], indent=1))
+    summary = summarize(out, args)
+    print(json.dumps({k: summary[k] for k in ("metrics", "paired_vs") if k in summary}, indent=1))
 
 
 if __name__ == "__main__":
