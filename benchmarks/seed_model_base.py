@@ -8,8 +8,8 @@ pass@1 on the rest of HumanEval, so that greedy covers all 164 problems.
 A trained run is scored the same way (MODEL is its output_dir, a LoRA adapter over the converted model), on the 30
 eval problems only, and compared problem by problem with the base row:
 
-    python benchmarks/seed_model_base.py runs/seed_1.5b/reinforce OUT --n 5 --eval-only \
-        --compare benchmarks/results/seed_model/base_1.5b
+    python benchmarks/seed_model_base.py runs/seed_1.5b/reinforce OUT --n 20 --chunk 2 --batch-size 2 \
+        --eval-only --compare benchmarks/results/seed_model/base_1.5b
 
 Resumable: each chunk of problems is written to OUT/chunks/ as it finishes and skipped when the command runs again
 (chunk i samples from seed + i). The dtype is the faster of bfloat16 and float32 in a timed decode step of this
