@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Issue 28 item 5: GRPO, reinforce, reinforce_rloo and PPO side by side on Qwen2.5-Coder-0.5B-Instruct (LoRA), the
 # budget file benchmarks/seed_side_by_side_0.5b.yaml, one seed. The base model is evaluated once: LoRA starts
-# with B = 0, so every run's starting model is the base model, and the same seed gives the same samples. Each
+# with B = 0, so every run's starting model is the base model. Each
 # evaluation covers the 114 problems outside the training split (--n_eval 114: the seed's 30 eval problems, then
-# the 84 held out, in the split's hash order); a later step splits them by task id. Resumable: a step whose
-# output exists is skipped.
+# the 84 held out, in the split's hash order); a later step splits them by task id. Resumable: an evaluation whose
+# file exists is skipped, a stopped run resumes from its last checkpoint, a finished one is kept.
 #   bash benchmarks/seed_model_side_by_side.sh [RUNS] [METHODS...]
 # Status (2026-12-02): sized and checked (--check for all four methods), not yet run to the end; its first step, the base
 # model's evaluation, was started and stopped at the end of the session.
