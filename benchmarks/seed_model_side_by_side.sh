@@ -6,8 +6,8 @@
 # the 84 held out, in the split's hash order); a later step splits them by task id. Resumable: an evaluation whose
 # file exists is skipped, a stopped run resumes from its last checkpoint, a finished one is kept.
 #   bash benchmarks/seed_model_side_by_side.sh [RUNS] [METHODS...]
-# Status (2026-12-02): sized and checked (--check for all four methods), not yet run to the end; its first step, the base
-# model's evaluation, was started and stopped at the end of the session.
+# The dtype is the faster of bfloat16 and float32 in a timed decode step on this host (RUNS/probe.json, measured once):
+# bf16 won on an AMX/AVX512-BF16 host, float32 won 2.7x on an AVX2-only one.
 set -euo pipefail
 runs=${1:-runs/seed_0.5b_cpu}
 shift || true
@@ -15,11 +15,17 @@ methods=${*:-ppo grpo reinforce reinforce_rloo}
 config=benchmarks/seed_side_by_side_0.5b.yaml
 export HF_HUB_OFFLINE=1
 mkdir -p "$runs"
+[ -f "$runs/probe.json" ] || python -c "
+import json, sys; sys.path.insert(0, 'benchmarks')
+from seed_model_base import probe_dtype
+from experiments.inputs.models import resolve_model
+print(json.dumps(probe_dtype(resolve_model('qwen2.5-coder-0.5b'), 2)))" > "$runs/probe.json"
+dtype=$(python -c "import json, sys; print(json.load(open(sys.argv[1]))['dtype'])" "$runs/probe.json")
 evaluate() {  # MODEL OUT
-    [ -f "$2" ] || passk eval "$1" --config "$config" --n_eval 114 --dtype bfloat16 --out "$2"
+    [ -f "$2" ] || passk eval "$1" --config "$config" --n_eval 114 --dtype "$dtype" --out "$2"
 }
 stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
-stamp "base model"
+stamp "base model ($dtype)"
 evaluate qwen2.5-coder-0.5b "$runs/base_eval114.json"
 for m in $methods; do
     stamp "train $m"
@@ -27,7 +33,7 @@ for m in $methods; do
     if ls -d "$runs/$m"/checkpoint-* >/dev/null 2>&1; then again=(--resume true)
     elif [ -d "$runs/$m" ]; then again=(--overwrite true); fi
     passk train "$config" --method "$m" --eval_before false --eval_after false \
-        --output_dir "$runs/$m" "${again[@]}"
+        --model_init_kwargs "{\"dtype\": \"$dtype\"}" --output_dir "$runs/$m" "${again[@]}"
     stamp "evaluate $m"
     evaluate "$runs/$m" "$runs/$m/eval114.json"
 done
