@@ -589,6 +589,7 @@ def test_eval_of_a_run_or_its_checkpoint_uses_the_runs_settings_and_says_so(
     # The model as named on the command line, and what passk built it from.
     assert ev["model"] == str(run_dir / "checkpoint-3")
     assert ev["model_source"] == json.loads((tiny_model_dir / "passk_build.json").read_text())
+    assert (ev["dtype"], ev["device"]) == ("float32", "cpu")  # --dtype auto on CPU
     assert (
         ev["settings"]["temperature"] == 1.0
         and ev["settings"]["max_new_tokens"] == 8
@@ -599,6 +600,8 @@ def test_eval_of_a_run_or_its_checkpoint_uses_the_runs_settings_and_says_so(
     assert "with --eval_ks, --eval_n from the command line" in capsys.readouterr().out
     assert json.loads(out.read_text())["n"] == 3
     assert json.loads(out.read_text())["model"] == str(run_dir)
+    assert main(["eval", str(run_dir), "--out", str(out), "--dtype", "bfloat16"]) == 0
+    assert json.loads(out.read_text())["dtype"] == "bfloat16"
 
 
 def test_a_hub_id_without_network_fails_fast_in_one_line_saying_how_to_work_offline(
