@@ -482,7 +482,8 @@ def _evaluate(model: str, exp: ExperimentArgs, ea: EvalArgs, run_log: Any, torch
     # The model as the user named it (a passk name stays a name, not this machine's cache path) and, for a
     # folder passk built, what it was built from.
     data["model"] = model
-    data["dtype"] = str(dtype).removeprefix("torch.")  # what it computed in, which the built folder's dtype need not be
+    # What it computed in: a built folder's own dtype need not be it.
+    data["dtype"] = str(dtype).removeprefix("torch.")
     data["device"] = device.type
     source = model_source(path)
     if source is not None:
