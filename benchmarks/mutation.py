@@ -138,6 +138,34 @@ TARGETS: dict[str, dict] = {
         "before": [],
         "after": ["tests/run/test_budget_edges.py"],
     },
+    "stats": {
+        "paths": ["experiments/evaluation/stats.py"],
+        "definitions": None,
+        "before": [],
+        "after": ["tests/evaluation/test_eval_combinations.py", "tests/evaluation/test_statistics_meaning.py"],
+    },
+    "data": {
+        "paths": ["experiments/inputs/data.py"],
+        "definitions": None,
+        "before": [],
+        "after": ["tests/inputs/test_data.py", "tests/inputs/test_split_determinism.py"],
+    },
+    "gguf_parts": {
+        "paths": ["experiments/inputs/gguf_parts.py"],
+        "definitions": None,
+        "before": [],
+        "after": ["tests/inputs/test_gguf_parts.py"],
+    },
+    "argv_validation": {
+        "paths": ["experiments/run/argv.py", "experiments/run/validation.py", "experiments/run/config.py"],
+        "definitions": None,
+        "before": [],
+        "after": [
+            "tests/run/test_config.py",
+            "tests/run/test_config_roundtrip.py",
+            "tests/run/test_validation_boundaries.py",
+        ],
+    },
     "sandbox_verdict": {
         "paths": ["sandbox/_zygote/judge.py", "sandbox/_zygote/__init__.py"],
         # The verdict path: reply frames, the rpc and exec judges, and the mapping to a status and flags.

@@ -628,6 +628,22 @@ def test_long_rows_and_long_prompts() -> None:
     assert _find("x" * 300 + " 5", "5") == 301  # a needle at the very end of a long text
     assert _find("a(1", "(1") == 1  # punctuation first, a digit last: nothing before it glues
 
+    # Call-based rows as long: 300 inputs and 300 outputs are the same length (not the same int object).
+    calls = {"inputs": [[i] for i in range(300)], "outputs": list(range(300)), "fn_name": "f"}
+    assert len(read_tests({"input_output": calls}).calls) == 300
+    many = [{"type": "function_call", "fn_name": "f", "input": [i], "output": i} for i in range(300)]
+    assert len(read_tests(vi(many)).calls) == 300
+
+
+def test_an_empty_list_as_the_expected_value_is_shown_or_not_without_failing() -> None:
+    assert shown_cases(CallTests("f", (((3,), []),)), "f(3) returns nothing") == (False,)
+    assert shown_cases(CallTests("f", (((3,), []),)), "f(3) == []") == (True,)
+
+
+def test_a_one_element_list_whose_element_opens_the_prompt_of_a_call_without_arguments() -> None:
+    # APPS wraps a returned value in a list; a call without arguments looks for it from the prompt's start.
+    assert shown_cases(CallTests("f", (((), [11]),)), "11 is what f() returns") == (True,)
+
 
 # ---- properties (last: the slowest) ----
 
