@@ -706,3 +706,35 @@ def test_each_methods_change_from_its_start_is_tested_with_holm_over_the_methods
     text = render_markdown(report)
     assert "## Change from the starting model, Holm over the methods" in text
     assert "| up | +20.0 pp [" in text and ": **raised** |" in text and ": **lowered** |" in text
+
+
+def test_evals_without_per_problem_rows_report_their_own_numbers(tmp_path: Path) -> None:
+    """Older eval files carry only `metrics`: one seed keeps its file's value and interval, several seeds are
+    averaged without an interval (nothing to resample), and nothing paired is claimed without rows."""
+
+    def bare(ev: dict) -> dict:
+        return {k: v for k, v in ev.items() if k != "problems"}
+
+    b0, a0 = bare(_eval(BEFORE_C, BEFORE_G)), bare(_eval(AFTER_C, AFTER_G))
+    a1 = bare(_eval(BEFORE_C, BEFORE_G, seed=1))
+    one = _write_run(tmp_path / "one" / "grpo", "grpo", 0, b0, a0, None)
+    report = build_report([one], tmp_path / "out1")
+    after = report["methods"][0]["after"]
+    assert after["pass@1"]["value"] == pytest.approx(a0["metrics"]["pass@1"]["value"])
+    assert after["pass@1"]["ci"] == pytest.approx(a0["metrics"]["pass@1"]["ci"], abs=1e-6)  # report rounds
+    assert after["greedy_pass@1"]["value"] == pytest.approx(17 / 30)
+
+    two = [
+        _write_run(tmp_path / "two" / "s0", "grpo", 0, b0, a0, None),
+        _write_run(tmp_path / "two" / "s1", "grpo", 1, b0, a1, None),
+    ]
+    report = build_report(two, tmp_path / "out2")
+    pooled = report["methods"][0]["after"]["pass@1"]
+    mean = (a0["metrics"]["pass@1"]["value"] + a1["metrics"]["pass@1"]["value"]) / 2
+    assert (
+        pooled["value"] == pytest.approx(mean, abs=1e-6) and pooled["ci"] is None and pooled["n_seeds"] == 2
+    )
+    assert [p["seed"] for p in pooled["per_seed"]] == [0, 1]
+    assert pooled["seed_range"] == pytest.approx(
+        sorted([a0["metrics"]["pass@1"]["value"], a1["metrics"]["pass@1"]["value"]])
+    )
