@@ -441,6 +441,16 @@ def test_a_one_space_indent_continues_the_prompt() -> None:
     assert ex.ok and ex.style == "completion" and ex.code == "def f():\n return 1\n"
 
 
+def test_a_one_space_indented_body_in_a_fence_ends_at_the_flush_left_call_after_it() -> None:
+    ex = extract_code("def add(a, b):\n", chat(fenced(" return a + b\nprint(add(1, 2))\n")), "add")
+    assert ex.ok and ex.code == "def add(a, b):\n    return a + b\n" and ex.cut
+
+
+def test_a_one_space_indented_completion_ends_at_a_closing_fence_it_never_opened() -> None:
+    ex = extract_code("def f():\n", " return 1\n```\nThat is all.\n", "f")
+    assert ex.ok and ex.code == "def f():\n return 1\n" and ex.rules == ("closing_fence",)
+
+
 def test_only_the_assistant_role_is_read() -> None:
     turns = [
         {"role": "assistant", "content": "a"},
