@@ -65,6 +65,7 @@ def record(args: argparse.Namespace) -> dict:
         "tests": args.tests or m1.get("tests", []),
         "killed_first_run": m1["killed"],
         "timeouts": m1.get("timeouts", 0),
+        "incompetent": m1.get("incompetent", []),  # mutants cosmic-ray's operator could not apply: not run
         "killed_after_rerun": killed_after,
         "equivalent": equivalent,
         "score_non_equivalent": round(killed_after / (run - equivalent), 4) if run > equivalent else None,
