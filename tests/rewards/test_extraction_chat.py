@@ -451,6 +451,27 @@ def test_a_one_space_indented_completion_ends_at_a_closing_fence_it_never_opened
     assert ex.ok and ex.code == "def f():\n return 1\n" and ex.rules == ("closing_fence",)
 
 
+def test_extract_code_takes_its_first_three_by_keyword_and_the_style_only_by_keyword() -> None:
+    ex = extract_code(prompt_code="def f():\n", completion="    return 1\n", entry_point="f")
+    assert ex.ok and ex.code == "def f():\n    return 1\n"
+    with pytest.raises(TypeError):
+        extract_code("def f():\n", "    return 1\n", "f", "completion")
+
+
+def test_an_auto_style_read_at_run_time_takes_flush_left_code_that_defines_the_function() -> None:
+    auto = "".join(["au", "to"])  # built at run time, as a YAML-read value is
+    code = "def f():\n    return 1\n"
+    assert extract_code("def f():\n", code, "f", style=auto) == extract_code("def f():\n", code, "f")
+    assert extract_code("def f():\n", code, "f", style=auto).style == "bare"
+
+
+def test_three_hundred_top_level_statements_without_tests_are_kept_as_written() -> None:
+    code = "".join(f"# helper {i}\ndef h{i}():\n    return {i}\n\n" for i in range(300))
+    assert _drop_own_tests(code) == code
+    dropped = _drop_own_tests(code + "print(h1())\n")
+    assert "print(" not in dropped and dropped.count("def h") == 300
+
+
 def test_only_the_assistant_role_is_read() -> None:
     turns = [
         {"role": "assistant", "content": "a"},

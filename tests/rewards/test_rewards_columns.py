@@ -467,6 +467,28 @@ def test_function_test_rewards_read_their_columns() -> None:
     assert fmt.score(completions=[good, good, "no"], entry_point=["f", "", "f"]) == [1.0, None, 0.0]
 
 
+def test_the_format_reward_never_touches_a_sandbox() -> None:
+    class Untouchable:
+        def __getattr__(self, name: str) -> None:
+            raise AssertionError(f"format_reward used the sandbox's {name}")
+
+    fmt = code_rewards.FormatReward(sandbox=Untouchable())
+    good = "```python\ndef f():\n    return 1\n```"
+    assert fmt.score(completions=[good, "no"], entry_point=["f", "f"]) == [1.0, 0.0]
+    assert not any("pass" in key or "status" in key for key in fmt.last_metrics), fmt.last_metrics
+
+
+def test_workers_per_local_process_without_an_affinity_call_shares_cpu_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delattr(code_rewards.os, "sched_getaffinity", raising=False)  # macOS, Windows
+    monkeypatch.setattr(code_rewards.os, "cpu_count", lambda: 8)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert _workers_per_local_process() == 4
+    monkeypatch.setattr(code_rewards.os, "cpu_count", lambda: None)  # unknown: one CPU
+    assert _workers_per_local_process() == 1
+
+
 def test_the_stdio_options_after_the_name_are_keywords_only() -> None:
     with pytest.raises(TypeError):
         StdioTestReward("mine", 5.0)
