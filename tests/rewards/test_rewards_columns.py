@@ -478,6 +478,34 @@ def test_the_format_reward_never_touches_a_sandbox() -> None:
     assert not any("pass" in key or "status" in key for key in fmt.last_metrics), fmt.last_metrics
 
 
+def test_per_case_shares_are_logged_for_stdio_rows_only() -> None:
+    class EveryCasePasses:
+        def run_batch(self, tasks):
+            return [
+                SimpleNamespace(status="passed", asserts_passed=1, asserts_total=1, cases=("passed",))
+            ] * len(tasks)
+
+    unit = code_rewards.UnitTestReward(sandbox=EveryCasePasses())
+    assert unit.score(
+        completions=["    return 1\n"], prompts=["def f():\n"], test=["t"], entry_point=["f"]
+    ) == [1.0]
+    assert unit.last_metrics and not any("/case_" in key for key in unit.last_metrics), unit.last_metrics
+    stdio = make_reward("stdio_test", sandbox=Judge())
+    assert stdio.score(completions=[RIGHT, HALF], input_output=[APPS_IO, APPS_IO]) == [1.0, 0.0]
+    assert stdio.last_metrics["stdio_test/case_passed_frac"] == 0.75  # 3 of the 4 cases
+
+
+def test_a_passed_status_built_at_run_time_passes() -> None:
+    assert all_passed(result("".join(["pass", "ed"]), 1, 1)) == 1.0
+
+
+def test_workers_per_local_process_counts_this_process_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    # pid 0 is the calling process: its own affinity (taskset, a cgroup's cpuset), not another process's.
+    monkeypatch.setattr(code_rewards.os, "sched_getaffinity", lambda pid: set(range(8 if pid == 0 else 2)))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert _workers_per_local_process() == 4
+
+
 def test_workers_per_local_process_without_an_affinity_call_shares_cpu_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
