@@ -472,6 +472,11 @@ def test_three_hundred_top_level_statements_without_tests_are_kept_as_written() 
     assert "print(" not in dropped and dropped.count("def h") == 300
 
 
+def test_an_indented_body_with_nothing_after_it_is_not_cut() -> None:
+    ex = extract_code("def add(a, b):\n", chat(fenced("    return a + b\n")), "add")
+    assert ex.ok and ex.code == "def add(a, b):\n    return a + b\n" and not ex.cut and ex.rules == ()
+
+
 def test_only_the_assistant_role_is_read() -> None:
     turns = [
         {"role": "assistant", "content": "a"},
