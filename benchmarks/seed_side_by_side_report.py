@@ -25,6 +25,11 @@ RUN_FILES = ("run.json", "trainer_state.json", "sampled_prompts.jsonl", "train.l
 SPLIT = {"n_train": 50, "n_eval": 30, "seed": 0}  # the budget file's n_train, n_eval, split_seed
 
 
+def copy_portable(src: Path, dest: Path) -> None:
+    """Copy a text record with this machine's home directory written as ~ (run.json's model_path, log lines)."""
+    dest.write_text(src.read_text().replace(str(Path.home()), "~"))
+
+
 def split_ids() -> dict[str, set[str]]:
     """{"eval30": the seed's 30 eval task ids, "heldout84": the other 84 outside training}."""
     from experiments.inputs.data import load_problems, split_dataset
@@ -93,7 +98,7 @@ def main() -> None:
         )
     args.out.mkdir(parents=True, exist_ok=True)
     for name in ("base_eval114.json", "probe.json"):
-        shutil.copy2(args.runs / name, args.out / name)
+        copy_portable(args.runs / name, args.out / name)
     done, missing = [], []
     for run in sorted(p for p in args.runs.iterdir() if (p / "run.json").is_file()):
         if not (run / "eval114.json").is_file():
@@ -102,7 +107,7 @@ def main() -> None:
         (args.out / run.name).mkdir(exist_ok=True)
         for name in RUN_FILES:
             if (run / name).is_file():
-                shutil.copy2(run / name, args.out / run.name / name)
+                copy_portable(run / name, args.out / run.name / name)
         done.append(run.name)
     for name, part_ids in parts.items():
         folders = []
