@@ -723,6 +723,9 @@ def test_evals_without_per_problem_rows_report_their_own_numbers(tmp_path: Path)
     assert after["pass@1"]["value"] == pytest.approx(a0["metrics"]["pass@1"]["value"])
     assert after["pass@1"]["ci"] == pytest.approx(a0["metrics"]["pass@1"]["ci"], abs=1e-6)  # report rounds
     assert after["greedy_pass@1"]["value"] == pytest.approx(17 / 30)
+    # The change is the difference of the files' values; its paired interval needs rows, so there is none.
+    assert report["methods"][0]["delta"]["greedy_pass@1"] == pytest.approx(4 / 30, abs=1e-6)
+    assert set(report["methods"][0]["delta_ci"].values()) == {None}
 
     two = [
         _write_run(tmp_path / "two" / "s0", "grpo", 0, b0, a0, None),
