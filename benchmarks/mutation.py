@@ -142,7 +142,10 @@ TARGETS: dict[str, dict] = {
         "paths": ["experiments/evaluation/stats.py"],
         "definitions": None,
         "before": [],
-        "after": ["tests/evaluation/test_eval_combinations.py", "tests/evaluation/test_statistics_meaning.py"],
+        "after": [
+            "tests/evaluation/test_eval_combinations.py",
+            "tests/evaluation/test_statistics_meaning.py",
+        ],
     },
     "data": {
         "paths": ["experiments/inputs/data.py"],
