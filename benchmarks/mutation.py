@@ -169,6 +169,35 @@ TARGETS: dict[str, dict] = {
             "tests/run/test_validation_boundaries.py",
         ],
     },
+    "trainer_terms": {
+        "paths": [
+            "experiments/trainers/reinforce.py",
+            "experiments/trainers/ppo.py",
+            "experiments/trainers/pkpo.py",
+            "experiments/trainers/sampling.py",
+            "experiments/trainers/seams.py",
+        ],
+        # The methods' math on GRPOTrainer's seams: rollout advantages, losses, log-prob temperature, masks.
+        # Construction, checkpointing and the critic's saving have their own (slow) tests.
+        "definitions": [
+            "_generate_and_score_completions",
+            "_compute_loss",
+            "_critic_values",
+            "critic_warmup_steps",
+            "critic_lr",
+            "_in_critic_warmup",
+            "check_logprob_temperature",
+            "__call__",
+            "per_token_logps",
+            "_set_advantages",
+            "_completion_logps",
+            "_policy_logps",
+            "_loss_mask",
+            "_logprob_temperature",
+        ],
+        "before": [],
+        "after": ["tests/trainers/test_trainer_terms.py"],
+    },
     "sandbox_verdict": {
         "paths": ["sandbox/_zygote/judge.py", "sandbox/_zygote/__init__.py"],
         # The verdict path: reply frames, the rpc and exec judges, and the mapping to a status and flags.
