@@ -43,6 +43,7 @@ for m in $methods; do
     passk train "$config" --method "$m" --eval_before false --eval_after false \
         --model_init_kwargs "{\"dtype\": \"$dtype\"}" --output_dir "$runs/$m" "${again[@]}"
     stamp "evaluate $m"
+    cp "$runs/probe.json" "$runs/$m/probe.json"  # the dtype it is evaluated in, and why
     evaluate "$runs/$m" "$runs/$m/eval114.json"
 done
 stamp "done"

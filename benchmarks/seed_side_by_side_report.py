@@ -3,8 +3,8 @@ problems and the 84 held out, each reported by `experiments.report.write_report`
 
     python benchmarks/seed_side_by_side_report.py RUNS OUT
 
-RUNS is the driver's folder (base_eval114.json, probe.json, and per method run.json, trainer_state.json,
-sampled_prompts.jsonl, eval114.json). Each eval scored the 114 problems outside the training split in one pass;
+RUNS is the driver's folder (base_eval114.json, and per method run.json, trainer_state.json,
+sampled_prompts.jsonl, eval114.json, probe.json: the dtype probe of the host it was evaluated on). Each eval scored the 114 problems outside the training split in one pass;
 here its per-problem rows are cut by task id into the split's `eval` and `heldout` parts (split seed 0: 50 train,
 30 eval, 84 held out) and every metric is recomputed on each part with `stats.summarize`, so the intervals are
 over that part's problems only. OUT gets a copy of the small files of every run (not the adapters), then
@@ -21,7 +21,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-RUN_FILES = ("run.json", "trainer_state.json", "sampled_prompts.jsonl", "train.log", "eval114.json")
+RUN_FILES = (
+    "run.json",
+    "trainer_state.json",
+    "sampled_prompts.jsonl",
+    "train.log",
+    "eval114.json",
+    "probe.json",
+)
 SPLIT = {"n_train": 50, "n_eval": 30, "seed": 0}  # the budget file's n_train, n_eval, split_seed
 
 
@@ -97,8 +104,8 @@ def main() -> None:
             "base_eval114.json does not score exactly the split's 30 eval and 84 held-out problems"
         )
     args.out.mkdir(parents=True, exist_ok=True)
-    for name in ("base_eval114.json", "probe.json"):
-        copy_portable(args.runs / name, args.out / name)
+    # OUT's probe.json is the base evaluation's host's, committed with it; each run carries its own host's.
+    copy_portable(args.runs / "base_eval114.json", args.out / "base_eval114.json")
     done, missing = [], []
     for run in sorted(p for p in args.runs.iterdir() if (p / "run.json").is_file()):
         if not (run / "eval114.json").is_file():
