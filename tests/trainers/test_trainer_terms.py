@@ -763,3 +763,31 @@ def test_pkpo_advantages_per_group_and_the_eval_group_size(
     size = group if training else eval_group
     assert out["advantages"].tolist() == pytest.approx(pkpo_advantages(scalar, size, min(k, size)).tolist())
     assert trainer._logs["advantages"] == pytest.approx(out["advantages"].tolist())
+
+
+@pytest.mark.parametrize(
+    "k, advantages, pass_at_k, advantage_std",
+    [
+        # k = 1: RLOO's g_i - mean of the others; pass@1 is the mean of each group that has a scorable completion.
+        (1, [0.5, -0.5, 0.0, 0.0], (0.75 + 1.0) / 2, 0.5),
+        # k = n = 2: max - max of the others; only the first group has 2 scorable completions to estimate from.
+        (2, [0.5, 0.0, 0.0, 0.0], 1.0, (1 / 12) ** 0.5),
+    ],
+)
+def test_pkpo_leaves_an_unscorable_completion_out_of_its_group_and_its_metrics(
+    monkeypatch: pytest.MonkeyPatch, k: int, advantages: list, pass_at_k: float, advantage_std: float
+) -> None:
+    """Rewards [1, 0.5 | NaN, 1]: the second group keeps one scorable completion, too few for any estimate."""
+    _rollout(monkeypatch, _batch())
+    trainer = _fabricated(
+        PKPOTrainer,
+        num_generations=2,
+        num_generations_eval=2,
+        args=SimpleNamespace(pkpo_k=k),
+        _last_rewards_per_func=REWARDS_PER_FUNC.clone(),
+    )
+    out = trainer._generate_and_score_completions([{}] * 4)
+    assert out["advantages"].tolist() == pytest.approx(advantages)
+    metrics = trainer._metrics["train"]
+    assert metrics["pkpo/pass_at_k"] == pytest.approx([pass_at_k])
+    assert metrics["pkpo/advantage_std"] == pytest.approx([advantage_std])  # over the 3 scorable completions
