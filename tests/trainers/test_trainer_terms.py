@@ -218,6 +218,30 @@ def test_sampled_logprobs_at_a_temperature_with_rows_of_different_lengths(temper
     assert rec.per_token_logps(padded, mask) is not None
 
 
+def test_sampled_logprobs_pad_a_longer_completion_and_refuse_what_they_do_not_describe() -> None:
+    torch.manual_seed(1)
+    scores = [torch.randn(2, 5) for _ in range(2)]
+    rec = SampledLogprobs(0.7)
+    assert (
+        rec.per_token_logps(torch.zeros(2, 2, dtype=torch.long), torch.ones(2, 2)) is None
+    )  # nothing recorded
+    completion = torch.tensor([[3, 1, 0, 0], [4, 2, 0, 0]])  # 2 sampled steps, right-padded to 4 columns
+    for step, s in enumerate(scores):
+        rec(torch.cat([torch.tensor([[9], [9]]), completion[:, :step]], dim=1), s)
+    got = rec.per_token_logps(completion, torch.tensor([[1, 1, 0, 0], [1, 1, 0, 0]]))
+    first = [
+        torch.log_softmax(s / 0.7, -1).gather(1, completion[:, t : t + 1]).squeeze(1)
+        for t, s in enumerate(scores)
+    ]
+    assert got.shape == (2, 4)
+    assert (
+        torch.allclose(got[:, :2], torch.stack(first, dim=1)) and got[:, 2:].eq(0).all()
+    )  # padded after the steps
+    mask = torch.ones(2, 4)
+    assert rec.per_token_logps(completion[:, :1], mask[:, :1]) is None  # fewer positions than steps
+    assert rec.per_token_logps(completion[:1], mask[:1]) is None  # other rows
+
+
 def test_logprob_temperature_reads_the_config_else_the_sampling_temperature() -> None:
     seams = GRPOSeamsMixin()
     seams.temperature = 0.8
