@@ -277,6 +277,26 @@ def test_check_logprob_temperature_combinations(t, use_vllm, correction, raises)
         check_logprob_temperature(args)
 
 
+@pytest.mark.parametrize("process_index", [0, 1, 2])
+def test_set_advantages_gives_each_process_its_slice_and_replaces_the_logged_batch(
+    process_index: int,
+) -> None:
+    """Advantages over the gathered batch of 3 processes x 2 completions; the completions table holds an older
+    batch's entries, then GRPOTrainer's 6 for this batch, which these replace."""
+    seams = GRPOSeamsMixin()
+    seams.accelerator = SimpleNamespace(process_index=process_index)
+    seams._logs = {"advantages": [7.0, 7.0, 9.0, 9.0, 9.0, 9.0, 9.0, 9.0]}
+    advantages = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    out = seams._set_advantages({"completion_ids": torch.zeros(2, 3, dtype=torch.long)}, advantages)
+    assert out["advantages"].tolist() == pytest.approx(
+        advantages[2 * process_index : 2 * process_index + 2].tolist()
+    )
+    assert seams._logs["advantages"] == pytest.approx([7.0, 7.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    seams._logs = {"advantages": [9.0]}  # a table that keeps fewer rows than the batch
+    seams._set_advantages({"completion_ids": torch.zeros(2, 3, dtype=torch.long)}, advantages)
+    assert seams._logs["advantages"] == pytest.approx(advantages.tolist())
+
+
 def test_loss_mask_drops_tool_tokens_and_rollout_bookkeeping() -> None:
     batch = {"completion_mask": torch.tensor([[1, 1, 1, 0]]), "tool_mask": torch.tensor([[1, 0, 1, 1]])}
     assert GRPOSeamsMixin._loss_mask(batch).tolist() == [[1, 0, 1, 0]]
