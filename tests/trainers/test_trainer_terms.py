@@ -624,6 +624,27 @@ def test_ppo_rollout_rewards_gae_and_normalisation(
         assert metrics["ppo/kl_penalty"] == pytest.approx([kl_coef * sum(kl) / 4])
 
 
+def test_ppo_rollout_on_a_second_process_scores_its_own_rows_and_sees_the_whole_rollouts_variance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Process 1 of 2: the gathered rewards hold process 0's four rows (all 0.5, no variance) then this one's."""
+    _rollout(monkeypatch, _batch())
+    here = torch.tensor(
+        [[0.0, 2.0], [0.0, 2.0], [float("nan"), float("nan")], [0.0, 2.0]]
+    )  # scores 1, 1, -, 1
+    gathered = torch.cat([torch.tensor([[0.5, 0.0]] * 4), here])
+    trainer = _ppo(advantage_normalization="none", rewards_per_func=gathered)
+    trainer.accelerator = SimpleNamespace(**{**vars(_Accelerator), "process_index": 1, "num_processes": 2})
+    trainer._critic_values = lambda critic, batch, batch_size=None: torch.zeros(4, 4)
+    out = trainer._generate_and_score_completions([{}] * 4)
+    # gamma = lam = 1, V = 0, no KL: every counted token's advantage is its completion's score.
+    want = MASK4.float() * torch.tensor([[1.0], [1.0], [0.0], [1.0]])
+    assert torch.allclose(out["advantages"], want)
+    assert out["scorable"].tolist() == [True, True, False, True]
+    # The scores vary across the rollout (0.5 there, 1 here), though not on this process.
+    assert trainer._metrics["train"]["ppo/no_reward_variance"] == [0.0]
+
+
 def test_ppo_rollout_without_reward_variance_zeroes_the_advantages(monkeypatch: pytest.MonkeyPatch) -> None:
     _rollout(monkeypatch, _batch())
     flat = torch.tensor([[1.0, 0.0]] * 4)
