@@ -460,6 +460,34 @@ def test_reinforce_advantages_with_the_kl_penalty_and_each_baseline(
         assert "kl" not in metrics
 
 
+@pytest.mark.parametrize("recorded", [True, False])
+def test_reinforce_kl_penalty_reads_the_recorded_logps_else_a_forward_pass(
+    monkeypatch: pytest.MonkeyPatch, recorded: bool
+) -> None:
+    """On-policy without vLLM, GRPOTrainer computes no log π_old: the KL shaping takes the log π recorded while
+    sampling, or runs a forward pass of the policy when there is no usable recording."""
+    batch = _batch()
+    del batch["old_per_token_logps"]
+    _rollout(monkeypatch, batch)
+    calls = []
+    trainer = _fabricated(
+        ReinforceTrainer,
+        num_generations=2,
+        num_generations_eval=2,
+        args=_reinforce_args(kl_coef=0.5, baseline="none"),
+        _last_rewards_per_func=REWARDS_PER_FUNC.clone(),
+    )
+    if recorded:
+        trainer._sampling_recorder = SimpleNamespace(per_token_logps=lambda ids, mask: OLD.clone())
+    trainer._policy_logps = lambda out, mode: calls.append(mode) or OLD.clone()
+    out = trainer._generate_and_score_completions([{}] * 4)
+    shaped = [0.0 if math.isnan(r) else r - 0.5 * k for r, k in zip(SCALAR, _kl_sums())]
+    assert out["advantages"].tolist() == pytest.approx(shaped, abs=1e-6)
+    assert calls == ([] if recorded else ["train"])
+    assert trainer._metrics["train"]["reinforce/kl_logps_recorded"] == [float(recorded)]
+    assert trainer._sampling_recorder is None  # a recording describes one batch only
+
+
 def test_reinforce_eval_groups_use_the_eval_group_size(monkeypatch: pytest.MonkeyPatch) -> None:
     _rollout(monkeypatch, _batch())
     trainer = _fabricated(
