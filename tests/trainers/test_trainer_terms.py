@@ -673,6 +673,51 @@ def test_ppo_rollout_on_a_second_process_scores_its_own_rows_and_sees_the_whole_
     assert trainer._metrics["train"]["ppo/no_reward_variance"] == [0.0]
 
 
+@pytest.mark.parametrize(
+    "kl_coef, epochs, spg, ga, needed",
+    [
+        (0.0, 1, 1, 1, False),
+        (0.0, 2, 1, 1, True),
+        (0.0, 1, 4, 1, True),
+        (0.0, 1, 2, 2, False),
+        (0.1, 1, 1, 1, True),
+    ],
+)
+@pytest.mark.parametrize("recorded", [True, False])
+def test_ppo_rollout_keeps_log_pi_old_only_when_a_ratio_or_the_kl_penalty_needs_it(
+    monkeypatch: pytest.MonkeyPatch,
+    kl_coef: float,
+    epochs: int,
+    spg: int,
+    ga: int,
+    needed: bool,
+    recorded: bool,
+) -> None:
+    """log π_old is needed by the KL penalty and by every update after the first on a rollout (more epochs, or
+    more minibatches than one optimizer step's); it comes from the recording, else from a forward pass."""
+    batch = _batch()
+    del batch["old_per_token_logps"]
+    _rollout(monkeypatch, batch)
+    trainer = _ppo(kl_coef=kl_coef, steps_per_generation=spg, gradient_accumulation_steps=ga)
+    trainer.num_iterations = epochs
+    calls = []
+    if recorded:
+        trainer._sampling_recorder = SimpleNamespace(per_token_logps=lambda ids, mask: OLD.clone())
+    trainer._policy_logps = lambda out, mode: calls.append(mode) or OLD.clone()
+    trainer._critic_values = lambda critic, batch, batch_size=None: VALUES.clone()
+    out = trainer._generate_and_score_completions([{}] * 4)
+    if needed:
+        assert torch.equal(out["old_per_token_logps"], OLD)
+    else:
+        assert out.get("old_per_token_logps") is None
+    assert calls == (["train"] if needed and not recorded else [])
+    assert trainer._metrics["train"]["ppo/old_logps_recorded"] == [float(recorded)]
+    assert (trainer.num_iterations, trainer.args.steps_per_generation) == (
+        epochs,
+        spg,
+    )  # restored after sampling
+
+
 def test_ppo_rollout_without_reward_variance_zeroes_the_advantages(monkeypatch: pytest.MonkeyPatch) -> None:
     _rollout(monkeypatch, _batch())
     flat = torch.tensor([[1.0, 0.0]] * 4)
