@@ -810,6 +810,37 @@ def test_ppo_loss_terms_with_nonzero_coefficients(
         assert torch.allclose(values.grad, vf_coef * grad / normalizer, atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("on_policy", [True, False])
+def test_ppo_loss_on_policy_ratio_and_the_two_sides_of_the_clip_range(on_policy: bool) -> None:
+    """Two one-token completions, A = +1 and -1. On-policy (no log π_old) the ratio is 1 but still carries the
+    gradient, weighted by the sampler's importance weights; off-policy, ratios e^0.25 and e^-0.15 against
+    epsilon_low 0.1 / epsilon_high 0.3: the first is inside 1 + 0.3, the second outside 1 - 0.1 (clipped, no
+    gradient)."""
+    logp = torch.zeros(2, 1, requires_grad=True)
+    trainer = _ppo(training=False)
+    trainer.epsilon_low, trainer.epsilon_high = 0.1, 0.3
+    trainer._critic_values = lambda critic, batch, batch_size=None: torch.zeros(2, 1)
+    trainer._completion_logps = lambda model, inputs, compute_entropy=False: (logp, torch.zeros(2, 1))
+    inputs = {
+        "completion_mask": torch.ones(2, 1),
+        "scorable": torch.tensor([True, True]),
+        "old_values": torch.zeros(2, 1),
+        "returns": torch.zeros(2, 1),
+        "advantages": torch.tensor([[1.0], [-1.0]]),
+    }
+    if on_policy:
+        inputs["importance_sampling_ratio"] = torch.tensor([[0.5], [2.0]])
+        want_loss, want_grad = -(0.5 - 2.0) / 2, [-0.5 / 2, 2.0 / 2]
+    else:
+        inputs["old_per_token_logps"] = torch.tensor([[-0.25], [0.15]])
+        r0 = math.exp(0.25)  # the second token: -min(-e^-0.15, -0.9) = 0.9, the clipped term
+        want_loss, want_grad = (-r0 + 0.9) / 2, [-r0 / 2, 0.0]
+    loss = trainer._compute_loss(None, inputs)
+    assert loss.item() == pytest.approx(want_loss, rel=1e-6)
+    loss.backward()
+    assert logp.grad.flatten().tolist() == pytest.approx(want_grad, rel=1e-6)
+
+
 def test_ppo_critic_warmup_trains_only_the_critic() -> None:
     values = torch.tensor([[0.5, 0.0, 0.0, 0.0]] * 4, requires_grad=True)
     zeros = torch.zeros(4, 4)
