@@ -458,6 +458,20 @@ def test_reinforce_advantages_with_the_kl_penalty_and_each_baseline(
         assert metrics["reinforce/kl_penalty"] == pytest.approx([sum(penalties) / 4])
     else:
         assert "kl" not in metrics
+    # The logged baseline and advantage spread are over the three scorable completions.
+    scorable = [0, 1, 3]
+    a = [want[i] for i in scorable]
+    mean = sum(a) / 3
+    assert metrics["reinforce/advantage_mean"] == pytest.approx([mean], abs=1e-6)
+    assert metrics["reinforce/advantage_std"] == pytest.approx(
+        [math.sqrt(sum((x - mean) ** 2 for x in a) / 2)], abs=1e-6
+    )
+    if normalize:  # a normalised advantage is not reward minus a baseline
+        assert "reinforce/baseline" not in metrics
+    else:
+        assert metrics["reinforce/baseline"] == pytest.approx(
+            [sum(shaped[i] - want[i] for i in scorable) / 3], abs=1e-6
+        )
 
 
 @pytest.mark.parametrize("recorded", [True, False])
