@@ -660,6 +660,15 @@ def test_ppo_rollout_rewards_gae_and_normalisation(
     metrics = trainer._metrics["train"]
     assert metrics["ppo/adv_raw_mean"] == pytest.approx([mean], abs=1e-6)
     assert metrics["ppo/no_reward_variance"] == [0.0]
+    assert metrics["ppo/adv_raw_std"] == pytest.approx([std], abs=1e-6)
+    divisor = {"none": 1.0, "center": 1.0, "whiten": math.sqrt(std**2 + 1e-8)}[mode]
+    assert metrics["ppo/adv_divisor"] == pytest.approx([divisor], abs=1e-6)
+    # Values and returns over the counted tokens only (not the unscorable row, not the padding).
+    counted = [(i, t) for i, n in enumerate(lengths) for t in range(n)]
+    value_mean = sum(float(VALUES[i, t]) for i, t in counted) / len(counted)
+    returns = [raw[i][t] + float(VALUES[i, t]) for i, t in counted]
+    assert metrics["ppo/value_mean"] == pytest.approx([value_mean], abs=1e-6)
+    assert metrics["ppo/return_mean"] == pytest.approx([sum(returns) / len(returns)], abs=1e-6)
     if kl_coef:
         kl = [sum(float(OLD[i, t] - REF[i, t]) for t in range(n)) for i, n in enumerate(lengths)]
         assert metrics["kl"] == pytest.approx([sum(kl) / sum(lengths)])
