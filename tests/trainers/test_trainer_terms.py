@@ -862,6 +862,12 @@ def test_ppo_loss_on_policy_ratio_and_the_two_sides_of_the_clip_range(on_policy:
     assert loss.item() == pytest.approx(want_loss, rel=1e-6)
     loss.backward()
     assert logp.grad.flatten().tolist() == pytest.approx(want_grad, rel=1e-6)
+    metrics = trainer._metrics["eval"]
+    if on_policy:
+        assert metrics["ppo/clipfrac"] == [0.0] and metrics["ppo/approx_kl"] == pytest.approx([0.0], abs=1e-7)
+    else:  # the second token is clipped; approx KL is the mean of (r - 1) - log r
+        kl = ((math.exp(0.25) - 1 - 0.25) + (math.exp(-0.15) - 1 + 0.15)) / 2
+        assert metrics["ppo/clipfrac"] == [0.5] and metrics["ppo/approx_kl"] == pytest.approx([kl], rel=1e-5)
 
 
 def test_ppo_critic_warmup_trains_only_the_critic() -> None:
