@@ -12,6 +12,8 @@ from experiments.inputs.data import (
     DEFAULT_INSTRUCTION,
     HUMANEVAL_COLUMNS,
     DataError,
+    DataSpec,
+    build_datasets,
     load_humaneval,
     split_dataset,
     to_rl_rows,
@@ -226,3 +228,29 @@ def test_missing_column_error_lists_the_file_columns_and_what_is_required(humane
         f"{path}: column 'test' is missing (its columns: task_id, prompt, entry_point); HumanEval rows need "
         "task_id, prompt, test, entry_point (canonical_solution is optional)"
     )
+
+
+@pytest.mark.parametrize("style", ["completion", "chat"])
+@pytest.mark.parametrize("n_train, n_eval, seed", [(50, 30, 0), (20, 10, 3), (164, 0, 0), (0, 164, 1)])
+def test_built_rows_are_the_splits_train_and_eval_parts_and_never_overlap(
+    humaneval, style: str, n_train: int, n_eval: int, seed: int
+):
+    spec = DataSpec(n_train=n_train, n_eval=n_eval, split_seed=seed, style=style)
+    train, evaluation = build_datasets(spec)
+    split = split_dataset(humaneval, n_train=n_train, n_eval=n_eval, seed=seed)
+    assert train["task_id"] == split["train"]["task_id"]
+    assert evaluation["task_id"] == split["eval"]["task_id"]
+    assert not set(train["task_id"]) & set(evaluation["task_id"])  # no evaluation row ever trains
+    assert evaluation.column_names == train.column_names  # also with no evaluation rows
+    assert train["code_prompt"] == split["train"]["prompt"]
+    first = (train if n_train else evaluation)[0]["prompt"]
+    assert isinstance(first, str) == (style == "completion")
+
+
+def test_built_learnable_rows_keep_held_out_problems_out_of_training():
+    train, evaluation = build_datasets(DataSpec(dataset="learnable", n_train=300, n_eval=60, split_seed=2))
+    assert (len(train), len(evaluation)) == (300, 60)
+    assert not set(train["task_id"]) & set(evaluation["task_id"])
+    assert not set(train["prompt"]) & set(evaluation["prompt"])
+    train, evaluation = build_datasets(DataSpec(dataset="learnable", n_train=10, n_eval=0))
+    assert len(evaluation) == 0 and evaluation.column_names == train.column_names  # not a column-less table
