@@ -922,6 +922,19 @@ def test_critic_warmup_steps_are_whole_rollouts(tmp_path, rollouts, spg, epochs,
     assert cfg.critic_warmup_steps == steps
 
 
+@pytest.mark.parametrize("critic_learning_rate, want", [(None, 3 * 2e-5), (1e-4, 1e-4), (1e-6, 1e-6)])
+def test_critic_lr_is_its_own_else_the_scale_times_the_policys(tmp_path, critic_learning_rate, want) -> None:
+    cfg = PPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        report_to="none",
+        learning_rate=2e-5,
+        critic_learning_rate=critic_learning_rate,
+    )
+    assert cfg.critic_lr == pytest.approx(want, rel=1e-9)
+
+
 def test_critic_warmup_must_end_on_an_optimizer_step(tmp_path) -> None:
     with pytest.raises(ValueError, match="^critic_warmup_rollouts:"):
         PPOConfig(
