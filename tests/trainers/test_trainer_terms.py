@@ -902,6 +902,24 @@ def test_ppo_critic_warmup_trains_only_the_critic() -> None:
     assert trainer._metrics["train"]["ppo/critic_warmup"] == [1.0, 0.0]
 
 
+def test_ppo_critic_warmup_is_for_training_only_evaluation_scores_the_policy_too() -> None:
+    zeros = torch.zeros(4, 4)
+    trainer = _ppo(training=False, critic_warmup_steps=2)
+    trainer.state.global_step = 1  # inside the warm-up
+    trainer._critic_values = lambda critic, batch, batch_size=None: zeros
+    calls = []
+    trainer._completion_logps = lambda model, inputs, compute_entropy=False: calls.append(1) or (zeros, zeros)
+    inputs = {
+        "completion_mask": MASK4.clone(),
+        "scorable": torch.ones(4, dtype=torch.bool),
+        "old_values": zeros,
+        "returns": zeros,
+        "advantages": zeros,
+    }
+    trainer._compute_loss(None, inputs)
+    assert calls == [1] and trainer._metrics["eval"]["ppo/critic_warmup"] == [0.0]
+
+
 @pytest.mark.parametrize(
     "rollouts, spg, epochs, ga, steps",
     [(0, 4, 2, 1, 0), (1, 4, 2, 1, 8), (2, 4, 2, 2, 8), (3, 2, 1, 2, 3), (1, 6, 1, 3, 2)],
