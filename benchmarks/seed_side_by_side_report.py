@@ -4,8 +4,8 @@ problems and the 84 held out, each reported by `experiments.report.write_report`
     python benchmarks/seed_side_by_side_report.py RUNS OUT
 
 RUNS is the driver's folder (base_eval114.json, and per method run.json, trainer_state.json,
-sampled_prompts.jsonl, eval114.json, probe.json: the dtype probe of the host it was evaluated on). Each eval scored the 114 problems outside the training split in one pass;
-here its per-problem rows are cut by task id into the split's `eval` and `heldout` parts (split seed 0: 50 train,
+sampled_prompts.jsonl, eval114.json, and probe.json: the dtype probe of the host it was evaluated on). Each eval
+scored the 114 problems outside the training split in one pass; here its per-problem rows are cut by task id into the split's `eval` and `heldout` parts (split seed 0: 50 train,
 30 eval, 84 held out) and every metric is recomputed on each part with `stats.summarize`, so the intervals are
 over that part's problems only. OUT gets a copy of the small files of every run (not the adapters), then
 `eval30/` and `heldout84/`: each a report (report.md, report.json, plots) over run folders whose eval_before.json
