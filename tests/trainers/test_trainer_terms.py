@@ -10,7 +10,9 @@ the estimators directly, and the trainers' seams (`_generate_and_score_completio
 
 from __future__ import annotations
 
+import contextlib
 import math
+import statistics
 from collections import defaultdict
 from types import SimpleNamespace
 
@@ -240,6 +242,50 @@ def test_sampled_logprobs_pad_a_longer_completion_and_refuse_what_they_do_not_de
     mask = torch.ones(2, 4)
     assert rec.per_token_logps(completion[:, :1], mask[:, :1]) is None  # fewer positions than steps
     assert rec.per_token_logps(completion[:1], mask[:1]) is None  # other rows
+    assert rec.per_token_logps(torch.cat([completion] * 2), torch.cat([mask] * 2)) is None  # more rows
+
+
+def test_sampled_logprobs_describe_a_generation_batch_of_300_rows() -> None:
+    """Row counts are compared by value: 300 is past the small integers CPython keeps one object for."""
+    torch.manual_seed(2)
+    scores = torch.randn(300, 5)
+    rec = SampledLogprobs(1.0)
+    rec(torch.zeros(300, 1, dtype=torch.long), scores)
+    completion = torch.randint(0, 5, (300, 1))
+    got = rec.per_token_logps(completion, torch.ones(300, 1))
+    assert got is not None and torch.allclose(got, torch.log_softmax(scores, -1).gather(1, completion))
+
+
+def test_completion_logps_pass_prompt_and_completion_and_policy_logps_the_modes_batch_size() -> None:
+    """GRPOTrainer's log-prob pass sees the prompt followed by the completion and keeps the completion's
+    positions; the no-gradient pass for log pi_old reads the batch size of the mode it runs in."""
+    calls = []
+    logps = torch.randn(2, 3)
+
+    def per_token(model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False):
+        calls.append((model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy))
+        return logps, (torch.ones(2, 3) if compute_entropy else None), None
+
+    seams = _fabricated(
+        GRPOSeamsMixin, args=SimpleNamespace(per_device_train_batch_size=4, per_device_eval_batch_size=8)
+    )
+    seams._get_per_token_logps_and_entropies = per_token
+    batch = {
+        "prompt_ids": torch.tensor([[0, 5], [6, 7]]),
+        "prompt_mask": torch.tensor([[0, 1], [1, 1]]),
+        "completion_ids": torch.tensor([[1, 2, 3], [4, 0, 0]]),
+        "completion_mask": torch.tensor([[1, 1, 1], [1, 0, 0]]),
+    }
+    got, entropies = seams._completion_logps("policy", batch, batch_size=3, compute_entropy=True)
+    assert got is logps and torch.equal(entropies, torch.ones(2, 3))
+    model, ids, attention, keep, size, entropy = calls.pop()
+    assert model == "policy" and keep == 3 and size == 3 and entropy
+    assert ids.tolist() == [[0, 5, 1, 2, 3], [6, 7, 4, 0, 0]]
+    assert attention.tolist() == [[0, 1, 1, 1, 1], [1, 1, 1, 0, 0]]
+    seams.model = "the policy"
+    for mode, size in (("train", 4), ("eval", 8)):
+        assert seams._policy_logps(batch, mode) is logps
+        assert calls.pop()[::4] == ("the policy", size)
 
 
 def test_logprob_temperature_reads_the_config_else_the_sampling_temperature() -> None:
@@ -531,17 +577,22 @@ ADV = torch.tensor([1.0, -0.5, 0.0, 2.0])
 @pytest.mark.parametrize("normalization", ["sequence", "token"])
 @pytest.mark.parametrize("off_policy", [False, True])
 @pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("processes", [1, 2])
 def test_reinforce_loss_with_each_normalisation_and_off_policy_weights(
-    normalization: str, off_policy: bool, training: bool
+    normalization: str, off_policy: bool, training: bool, processes: int
 ) -> None:
     logp = LOGP.clone().requires_grad_(True)
-    old = LOGP - torch.tensor([[0.1, -0.2, 0.3, GARBAGE]] * 4)
+    shift = torch.tensor([[0.1, -0.2, 0.3, GARBAGE]] * 4)
+    shift[2, 3] = 0.2  # the one row that fills its last position: a real ratio there, below the padding's
+    old = LOGP - shift
     trainer = _fabricated(
         ReinforceTrainer,
         training=training,
         current_gradient_accumulation_steps=2,
-        args=_reinforce_args(loss_normalization=normalization, steps_per_generation=4),
+        # The option as a parsed config hands it over: an equal string, not the same object as the literal.
+        args=_reinforce_args(loss_normalization="".join(list(normalization)), steps_per_generation=3),
     )
+    trainer.accelerator.num_processes = processes  # this process's view: reduce and gather stay its own
     trainer._completion_logps = lambda model, inputs, compute_entropy=False: (
         logp,
         torch.full_like(logp, 0.25),
@@ -560,8 +611,9 @@ def test_reinforce_loss_with_each_normalisation_and_off_policy_weights(
     total = -(ADV[:, None] * LOGP * w * m).sum().item()
     ga = 2 if training else 1
     if normalization == "token":
-        # Training: the generation batch's tokens over one accumulation window; eval: the batch's own tokens.
-        tokens = 20.0 * ga / 4 if training else 20.0
+        # The generation batch's tokens shared by the processes; in training, over one accumulation window of the
+        # 3 steps the generation feeds (20 / 3 is no whole number of tokens, and none is rounded).
+        tokens = 20.0 / processes * (ga / 3 if training else 1)
         want, grad_scale = total / tokens, 1 / tokens
     else:
         want = total / 4 / ga
@@ -569,7 +621,79 @@ def test_reinforce_loss_with_each_normalisation_and_off_policy_weights(
     assert loss.item() == pytest.approx(want, rel=1e-6)
     loss.backward()  # the weights are detached: d loss / d log pi = -A w / N
     assert torch.allclose(logp.grad, -(ADV[:, None] * w * m) * grad_scale, atol=1e-7, rtol=0)
-    assert trainer._metrics["train" if training else "eval"]["entropy"] == pytest.approx([0.25])
+    metrics = trainer._metrics["train" if training else "eval"]
+    assert metrics["entropy"] == pytest.approx([0.25])
+    if off_policy:  # the largest ratio pi / pi_old over the real tokens; the padding's garbage is not one
+        assert metrics["reinforce/is_ratio_max"] == pytest.approx([math.exp(0.3)])
+    else:
+        assert "reinforce/is_ratio_max" not in metrics
+
+
+@pytest.mark.parametrize("scorable", [[0, 1], [1], []])
+def test_reinforce_rollout_metrics_with_few_scorable_completions_and_no_completion_tokens(
+    monkeypatch: pytest.MonkeyPatch, scorable: list[int]
+) -> None:
+    """The logged advantage spread needs two scorable completions (else 0); a batch of empty completions (EOS
+    first) has a KL of 0, not 0 / 0."""
+    batch = _batch()
+    batch["completion_mask"] = torch.zeros_like(MASK4)
+    _rollout(monkeypatch, batch)
+    rewards_per_func = torch.full((4, 2), float("nan"))
+    rewards_per_func[scorable] = REWARDS_PER_FUNC[scorable]
+    trainer = _fabricated(
+        ReinforceTrainer,
+        num_generations=2,
+        num_generations_eval=2,
+        args=_reinforce_args(kl_coef=0.3, baseline="none"),
+        _last_rewards_per_func=rewards_per_func,
+    )
+    out = trainer._generate_and_score_completions([{}] * 4)
+    want = [SCALAR[i] if i in scorable else 0.0 for i in range(4)]
+    assert out["advantages"].tolist() == pytest.approx(want)
+    metrics = trainer._metrics["train"]
+    assert metrics["kl"] == [0.0]
+    a = [SCALAR[i] for i in scorable]
+    assert metrics["reinforce/advantage_mean"] == pytest.approx([sum(a) / len(a) if a else 0.0])
+    assert metrics["reinforce/advantage_std"] == pytest.approx([statistics.stdev(a) if len(a) > 1 else 0.0])
+
+
+def _reinforce_loss(inputs: dict, entropy: float = 0.25, **args) -> tuple[torch.Tensor, dict]:
+    trainer = _fabricated(
+        ReinforceTrainer, current_gradient_accumulation_steps=1, args=_reinforce_args(**args)
+    )
+    trainer._completion_logps = lambda model, inputs, compute_entropy=False: (
+        LOGP.clone(),
+        torch.full_like(LOGP, entropy),
+    )
+    return trainer._compute_loss(None, inputs), trainer._metrics["train"]
+
+
+def test_reinforce_loss_weighs_by_vllms_ratio_alone_when_on_policy() -> None:
+    """Sampled by vLLM with no update since (no log pi_old): the truncated pi / pi_vLLM ratio is the only weight."""
+    ratio = torch.full_like(LOGP, 0.5)
+    inputs = {"completion_mask": MASK4.clone(), "advantages": ADV.clone(), "importance_sampling_ratio": ratio}
+    loss, metrics = _reinforce_loss(inputs)
+    assert loss.item() == pytest.approx(-(ADV[:, None] * LOGP * 0.5 * MASK4).sum().item() / 4)
+    assert "reinforce/is_ratio_max" not in metrics
+
+
+def test_reinforce_loss_without_completion_tokens_is_zero_and_one_token_logs_its_entropy() -> None:
+    empty = {
+        "completion_mask": torch.zeros_like(MASK4),
+        "advantages": ADV.clone(),
+        "num_items_in_batch": torch.tensor(0.0),
+    }
+    loss, metrics = _reinforce_loss(empty, loss_normalization="token")
+    assert loss.item() == 0.0 and metrics["entropy"] == [0.0]
+    one = torch.zeros_like(MASK4)
+    one[3, 0] = 1
+    loss, metrics = _reinforce_loss(
+        {"completion_mask": one, "advantages": ADV.clone(), "num_items_in_batch": torch.tensor(1.0)},
+        entropy=0.8,
+        loss_normalization="token",
+    )
+    assert loss.item() == pytest.approx(-2.0 * -0.7)
+    assert metrics["entropy"] == pytest.approx([0.8])
 
 
 # ---- PPO ------------------------------------------------------------------------------------------------------
@@ -750,6 +874,82 @@ def test_ppo_rollout_without_reward_variance_zeroes_the_advantages(monkeypatch: 
         out = trainer._generate_and_score_completions([{}] * 4)
         assert (out["advantages"].abs().sum() == 0) == zeroed
         assert trainer._metrics["train"]["ppo/no_reward_variance"] == [1.0]
+
+
+@pytest.mark.parametrize(
+    "rewards_per_func",
+    [
+        # Per function the rows differ, but weighted (1, 0.5) every completion scores 1: nothing to learn.
+        [[1.0, 0.0], [0.0, 2.0], [0.5, 1.0], [1.0, 0.0]],
+        [[float("nan")] * 2] * 4,  # nothing scorable at all
+    ],
+    ids=["equal-weighted-scores", "all-unscorable"],
+)
+def test_ppo_rollout_judges_variance_on_the_weighted_scores(
+    monkeypatch: pytest.MonkeyPatch, rewards_per_func: list
+) -> None:
+    _rollout(monkeypatch, _batch())
+    trainer = _ppo(advantage_normalization="whiten", rewards_per_func=torch.tensor(rewards_per_func))
+    trainer._critic_values = lambda critic, batch, batch_size=None: VALUES.clone()
+    out = trainer._generate_and_score_completions([{}] * 4)
+    assert out["advantages"].abs().sum() == 0
+    assert trainer._metrics["train"]["ppo/no_reward_variance"] == [1.0]
+
+
+@pytest.mark.parametrize("shape", ["three-positions", "no-completion-tokens"])
+def test_ppo_rollout_kl_metrics_per_token_and_per_completion(
+    monkeypatch: pytest.MonkeyPatch, shape: str
+) -> None:
+    """The logged KL is a mean over completion tokens (0 when there are none), the penalty a mean over the
+    completions' sums: on a batch as tall as it is wide the two axes cannot be told apart, so these are not."""
+    batch = {k: v[:, :3].clone() for k, v in _batch().items()}
+    if shape == "no-completion-tokens":
+        batch["completion_mask"].zero_()
+    _rollout(monkeypatch, batch)
+    trainer = _ppo(kl_coef=0.5, advantage_normalization="none")
+    trainer._critic_values = lambda critic, batch, batch_size=None: VALUES[:, :3].clone()
+    trainer._generate_and_score_completions([{}] * 4)
+    mask = batch["completion_mask"] * torch.tensor([[1], [1], [0], [1]])  # the unscorable row is not counted
+    kl = ((OLD[:, :3] - REF[:, :3]) * mask).sum(dim=1)
+    metrics = trainer._metrics["train"]
+    assert metrics["kl"] == pytest.approx([kl.sum().item() / max(mask.sum().item(), 1)])
+    assert metrics["ppo/kl_penalty"] == pytest.approx([0.5 * kl.sum().item() / 4])
+
+
+class _ValueHead:
+    """A critic whose output at each position is its token id plus half its attention bit (channel 0), with a
+    decoy in channel 1; it records the rows of each call."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> SimpleNamespace:
+        self.rows.append(input_ids.size(0))
+        value = input_ids.float() + 0.5 * attention_mask.float()
+        return SimpleNamespace(logits=torch.stack([value, -value - 1000.0], dim=-1))
+
+
+@pytest.mark.parametrize("batch_size", [None, 2, 1])
+def test_critic_values_read_the_position_before_each_completion_token_in_chunks(
+    batch_size: int | None,
+) -> None:
+    """V(s_t) is the critic's channel 0 at position P - 1 + t of prompt + completion, for 5 rows in chunks."""
+    rows, prompt, completion = 5, 3, 4
+    ids = torch.arange(rows * (prompt + completion)).view(rows, prompt + completion) * 10
+    attention = (torch.rand(rows, prompt + completion) > 0.3).long()
+    batch = {
+        "prompt_ids": ids[:, :prompt],
+        "prompt_mask": attention[:, :prompt],
+        "completion_ids": ids[:, prompt:],
+        "completion_mask": attention[:, prompt:],
+    }
+    trainer = _ppo()
+    trainer.accelerator.autocast = contextlib.nullcontext
+    critic = _ValueHead()
+    values = trainer._critic_values(critic, batch, batch_size)
+    want = (ids.float() + 0.5 * attention.float())[:, prompt - 1 : -1]
+    assert values.shape == (rows, completion) and torch.equal(values, want)
+    assert critic.rows == {None: [5], 2: [2, 2, 1], 1: [1] * 5}[batch_size]
 
 
 def test_ppo_eval_rollout_reads_values_in_eval_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -992,6 +1192,28 @@ def test_pkpo_advantages_per_group_and_the_eval_group_size(
     size = group if training else eval_group
     assert out["advantages"].tolist() == pytest.approx(pkpo_advantages(scalar, size, min(k, size)).tolist())
     assert trainer._logs["advantages"] == pytest.approx(out["advantages"].tolist())
+
+
+@pytest.mark.parametrize("scorable", [[1], []])
+def test_pkpo_metrics_with_fewer_than_two_scorable_completions(
+    monkeypatch: pytest.MonkeyPatch, scorable: list[int]
+) -> None:
+    """No group has k = 2 scorable completions: no estimate to log (0), and no spread of fewer than two (0)."""
+    _rollout(monkeypatch, _batch())
+    rewards_per_func = torch.full((4, 2), float("nan"))
+    rewards_per_func[scorable] = REWARDS_PER_FUNC[scorable]
+    trainer = _fabricated(
+        PKPOTrainer,
+        num_generations=2,
+        num_generations_eval=2,
+        args=SimpleNamespace(pkpo_k=2),
+        _last_rewards_per_func=rewards_per_func,
+    )
+    out = trainer._generate_and_score_completions([{}] * 4)
+    assert out["advantages"].tolist() == [0.0] * 4
+    metrics = trainer._metrics["train"]
+    assert metrics["pkpo/pass_at_k"] == [0.0]
+    assert metrics["pkpo/advantage_std"] == [0.0]
 
 
 @pytest.mark.parametrize(
