@@ -595,7 +595,7 @@ def test_reinforce_loss_with_each_normalisation_and_off_policy_weights(
     trainer.accelerator.num_processes = processes  # this process's view: reduce and gather stay its own
     trainer._completion_logps = lambda model, inputs, compute_entropy=False: (
         logp,
-        torch.full_like(logp, 0.25),
+        torch.full_like(logp, 0.25) if compute_entropy else None,  # as GRPOTrainer's pass: asked for, or None
     )
     inputs = {
         "completion_mask": MASK4.clone(),
@@ -663,7 +663,7 @@ def _reinforce_loss(inputs: dict, entropy: float = 0.25, **args) -> tuple[torch.
     )
     trainer._completion_logps = lambda model, inputs, compute_entropy=False: (
         LOGP.clone(),
-        torch.full_like(LOGP, entropy),
+        torch.full_like(LOGP, entropy) if compute_entropy else None,
     )
     return trainer._compute_loss(None, inputs), trainer._metrics["train"]
 
@@ -716,7 +716,7 @@ def _ppo_args(**kw) -> SimpleNamespace:
         "steps_per_generation": 1,
         "gradient_accumulation_steps": 1,
         "per_device_train_batch_size": 4,
-        "per_device_eval_batch_size": 4,
+        "per_device_eval_batch_size": 8,  # not the training one, so that the chunk read shows which applies
         "vf_coef": 0.1,
         "cliprange_value": 0.2,
         "entropy_coef": 0.0,
@@ -827,6 +827,7 @@ def test_ppo_rollout_on_a_second_process_scores_its_own_rows_and_sees_the_whole_
         (0.0, 2, 1, 1, True),
         (0.0, 1, 4, 1, True),
         (0.0, 1, 2, 2, False),
+        (0.0, 1, 1, 2, False),  # two rollouts per optimizer step, both sampled by the policy that is trained
         (0.1, 1, 1, 1, True),
     ],
 )
@@ -894,6 +895,34 @@ def test_ppo_rollout_judges_variance_on_the_weighted_scores(
     out = trainer._generate_and_score_completions([{}] * 4)
     assert out["advantages"].abs().sum() == 0
     assert trainer._metrics["train"]["ppo/no_reward_variance"] == [1.0]
+
+
+def test_ppo_rollout_two_scorable_completions_that_differ_are_variance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _rollout(monkeypatch, _batch())
+    nan = float("nan")
+    rewards = torch.tensor([[1.0, 0.0], [0.0, 0.0], [nan, nan], [nan, nan]])
+    trainer = _ppo(advantage_normalization="whiten", rewards_per_func=rewards)
+    trainer._critic_values = lambda critic, batch, batch_size=None: torch.zeros(4, 4)
+    out = trainer._generate_and_score_completions([{}] * 4)
+    assert trainer._metrics["train"]["ppo/no_reward_variance"] == [0.0]
+    assert out["advantages"][:2].abs().sum() > 0 and out["advantages"][2:].abs().sum() == 0
+
+
+def test_ppo_rollout_a_scorable_completion_without_counted_tokens_gets_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A completion whose every token is masked (a tool's output, say) but which still has a score: its row
+    holds no reward, advantage or return anywhere, not its score on the last column."""
+    batch = _batch()
+    batch["completion_mask"][3] = 0
+    _rollout(monkeypatch, batch)
+    trainer = _ppo(advantage_normalization="none")
+    trainer._critic_values = lambda critic, batch, batch_size=None: torch.zeros(4, 4)
+    out = trainer._generate_and_score_completions([{}] * 4)
+    assert out["advantages"][3].abs().sum() == 0 and out["returns"][3].abs().sum() == 0
+    assert out["advantages"][0, :3].tolist() == pytest.approx([SCALAR[0]] * 3)  # gamma = lam = 1, V = 0
 
 
 @pytest.mark.parametrize("shape", ["three-positions", "no-completion-tokens"])
@@ -996,7 +1025,10 @@ def test_ppo_loss_terms_with_nonzero_coefficients(
     trainer = _ppo(training=training, vf_coef=vf_coef, entropy_coef=ent_coef, cliprange_value=clip)
     trainer.current_gradient_accumulation_steps = 2
     trainer._critic_values = lambda critic, batch, batch_size=None: values
-    trainer._completion_logps = lambda model, inputs, compute_entropy=False: (logp, entropies)
+    trainer._completion_logps = lambda model, inputs, compute_entropy=False: (
+        logp,
+        entropies if compute_entropy else None,
+    )
     inputs = {
         "completion_mask": MASK4.clone(),
         "scorable": torch.tensor([True, True, False, True]),
@@ -1043,7 +1075,10 @@ def test_ppo_loss_on_policy_ratio_and_the_two_sides_of_the_clip_range(on_policy:
     trainer = _ppo(training=False)
     trainer.epsilon_low, trainer.epsilon_high = 0.1, 0.3
     trainer._critic_values = lambda critic, batch, batch_size=None: torch.zeros(2, 1)
-    trainer._completion_logps = lambda model, inputs, compute_entropy=False: (logp, torch.zeros(2, 1))
+    trainer._completion_logps = lambda model, inputs, compute_entropy=False: (
+        logp,
+        torch.zeros(2, 1) if compute_entropy else None,
+    )
     inputs = {
         "completion_mask": torch.ones(2, 1),
         "scorable": torch.tensor([True, True]),
@@ -1096,10 +1131,19 @@ def test_ppo_critic_warmup_trains_only_the_critic() -> None:
     trainer.state.global_step = 2  # the warm-up is over
     trainer._completion_logps = lambda model, inputs, compute_entropy=False: (
         zeros.clone().requires_grad_(),
-        zeros,
+        zeros if compute_entropy else None,
     )
     trainer._compute_loss(None, inputs)
     assert trainer._metrics["train"]["ppo/critic_warmup"] == [1.0, 0.0]
+
+
+def test_ppo_critic_warmup_lasts_exactly_its_optimizer_steps() -> None:
+    trainer = _ppo(critic_warmup_steps=2)
+    inside = []
+    for step in range(5):
+        trainer.state.global_step = step
+        inside.append(trainer._in_critic_warmup())
+    assert inside == [True, True, False, False, False]
 
 
 def test_ppo_critic_warmup_is_for_training_only_evaluation_scores_the_policy_too() -> None:
@@ -1194,11 +1238,12 @@ def test_pkpo_advantages_per_group_and_the_eval_group_size(
     assert trainer._logs["advantages"] == pytest.approx(out["advantages"].tolist())
 
 
-@pytest.mark.parametrize("scorable", [[1], []])
-def test_pkpo_metrics_with_fewer_than_two_scorable_completions(
+@pytest.mark.parametrize("scorable", [[0, 1], [1], []])
+def test_pkpo_metrics_with_two_or_fewer_scorable_completions(
     monkeypatch: pytest.MonkeyPatch, scorable: list[int]
 ) -> None:
-    """No group has k = 2 scorable completions: no estimate to log (0), and no spread of fewer than two (0)."""
+    """Two scorable completions in one group: an estimate and a spread. Fewer: no group has k = 2 scorable
+    completions, so no estimate to log (0), and no spread of fewer than two (0)."""
     _rollout(monkeypatch, _batch())
     rewards_per_func = torch.full((4, 2), float("nan"))
     rewards_per_func[scorable] = REWARDS_PER_FUNC[scorable]
@@ -1210,8 +1255,13 @@ def test_pkpo_metrics_with_fewer_than_two_scorable_completions(
         _last_rewards_per_func=rewards_per_func,
     )
     out = trainer._generate_and_score_completions([{}] * 4)
-    assert out["advantages"].tolist() == [0.0] * 4
     metrics = trainer._metrics["train"]
+    if len(scorable) == 2:  # rewards 1 and 0.5: max@2 is 1; the advantages of the pair differ
+        assert metrics["pkpo/pass_at_k"] == pytest.approx([1.0])
+        a = out["advantages"][:2].tolist()
+        assert a[0] != a[1] and metrics["pkpo/advantage_std"] == pytest.approx([statistics.stdev(a)])
+        return
+    assert out["advantages"].tolist() == [0.0] * 4
     assert metrics["pkpo/pass_at_k"] == [0.0]
     assert metrics["pkpo/advantage_std"] == [0.0]
 
