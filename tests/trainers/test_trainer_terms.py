@@ -488,7 +488,10 @@ def test_reinforce_advantages_with_the_kl_penalty_and_each_baseline(
         ReinforceTrainer,
         num_generations=2,
         num_generations_eval=4,
-        args=_reinforce_args(kl_coef=kl_coef, baseline=baseline, normalize_advantages=normalize),
+        # The baseline as a parsed config hands it over: an equal string, not the same object as the literal.
+        args=_reinforce_args(
+            kl_coef=kl_coef, baseline="".join(list(baseline)), normalize_advantages=normalize
+        ),
         _last_rewards_per_func=REWARDS_PER_FUNC.clone(),
     )
     out = trainer._generate_and_score_completions([{}] * 4)
@@ -600,7 +603,7 @@ def test_reinforce_loss_with_each_normalisation_and_off_policy_weights(
     inputs = {
         "completion_mask": MASK4.clone(),
         "advantages": ADV.clone(),
-        "num_items_in_batch": torch.tensor(20.0),
+        "num_items_in_batch": torch.tensor(21.0),  # odd: shared by 2 processes, 10.5 each
     }
     if off_policy:
         inputs["old_per_token_logps"] = old
@@ -612,8 +615,8 @@ def test_reinforce_loss_with_each_normalisation_and_off_policy_weights(
     ga = 2 if training else 1
     if normalization == "token":
         # The generation batch's tokens shared by the processes; in training, over one accumulation window of the
-        # 3 steps the generation feeds (20 / 3 is no whole number of tokens, and none is rounded).
-        tokens = 20.0 / processes * (ga / 3 if training else 1)
+        # 3 steps the generation feeds (no whole number of tokens, and none is rounded).
+        tokens = 21.0 / processes * (ga / 3 if training else 1)
         want, grad_scale = total / tokens, 1 / tokens
     else:
         want = total / 4 / ga
@@ -655,6 +658,22 @@ def test_reinforce_rollout_metrics_with_few_scorable_completions_and_no_completi
     a = [SCALAR[i] for i in scorable]
     assert metrics["reinforce/advantage_mean"] == pytest.approx([sum(a) / len(a) if a else 0.0])
     assert metrics["reinforce/advantage_std"] == pytest.approx([statistics.stdev(a) if len(a) > 1 else 0.0])
+
+
+def test_reinforce_kl_metric_of_a_single_completion_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    batch = _batch()
+    batch["completion_mask"] = torch.zeros_like(MASK4)
+    batch["completion_mask"][1, 0] = 1
+    _rollout(monkeypatch, batch)
+    trainer = _fabricated(
+        ReinforceTrainer,
+        num_generations=2,
+        num_generations_eval=2,
+        args=_reinforce_args(kl_coef=0.3, baseline="none"),
+        _last_rewards_per_func=REWARDS_PER_FUNC.clone(),
+    )
+    trainer._generate_and_score_completions([{}] * 4)
+    assert trainer._metrics["train"]["kl"] == pytest.approx([float(OLD[1, 0] - REF[1, 0])])
 
 
 def _reinforce_loss(inputs: dict, entropy: float = 0.25, **args) -> tuple[torch.Tensor, dict]:
@@ -894,6 +913,17 @@ def test_ppo_rollout_judges_variance_on_the_weighted_scores(
     trainer._critic_values = lambda critic, batch, batch_size=None: VALUES.clone()
     out = trainer._generate_and_score_completions([{}] * 4)
     assert out["advantages"].abs().sum() == 0
+    assert trainer._metrics["train"]["ppo/no_reward_variance"] == [1.0]
+
+
+def test_ppo_rollout_a_spread_at_the_tolerance_is_no_variance(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scores vary when max - min is more than 1e-8; a spread of exactly that (in float32) is none."""
+    _rollout(monkeypatch, _batch())
+    rewards = torch.tensor([[0.0, 0.0], [1e-8, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    assert rewards[1, 0].item() - rewards[0, 0].item() == torch.tensor(1e-8).item()
+    trainer = _ppo(advantage_normalization="whiten", rewards_per_func=rewards)
+    trainer._critic_values = lambda critic, batch, batch_size=None: VALUES.clone()
+    trainer._generate_and_score_completions([{}] * 4)
     assert trainer._metrics["train"]["ppo/no_reward_variance"] == [1.0]
 
 
