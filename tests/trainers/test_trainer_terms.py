@@ -285,7 +285,12 @@ def test_completion_logps_pass_prompt_and_completion_and_policy_logps_the_modes_
     seams.model = "the policy"
     for mode, size in (("train", 4), ("eval", 8)):
         assert seams._policy_logps(batch, mode) is logps
-        assert calls.pop()[::4] == ("the policy", size)
+        model, *_, size_seen, entropy = calls.pop()
+        assert (model, size_seen, entropy) == (
+            "the policy",
+            size,
+            False,
+        )  # no entropy where only log pi is used
 
 
 def test_logprob_temperature_reads_the_config_else_the_sampling_temperature() -> None:
@@ -305,6 +310,7 @@ def test_logprob_temperature_reads_the_config_else_the_sampling_temperature() ->
         (None, True, True, False),
         (0.8, True, True, False),
         (1.0, True, True, True),
+        (0.5, True, True, True),  # lower than the sampling temperature differs too
         (1.0, False, True, False),
         (1.0, True, False, False),
     ],
@@ -312,7 +318,7 @@ def test_logprob_temperature_reads_the_config_else_the_sampling_temperature() ->
 def test_check_logprob_temperature_combinations(t, use_vllm, correction, raises) -> None:
     args = SimpleNamespace(
         logprob_temperature=t,
-        temperature=0.8,
+        temperature=float("0.8"),  # parsed: equal to the 0.8 above, not the same object
         use_vllm=use_vllm,
         vllm_importance_sampling_correction=correction,
     )
@@ -955,15 +961,17 @@ def test_ppo_rollout_a_scorable_completion_without_counted_tokens_gets_nothing(
     assert out["advantages"][0, :3].tolist() == pytest.approx([SCALAR[0]] * 3)  # gamma = lam = 1, V = 0
 
 
-@pytest.mark.parametrize("shape", ["three-positions", "no-completion-tokens"])
+@pytest.mark.parametrize("shape", ["three-positions", "no-completion-tokens", "one-completion-token"])
 def test_ppo_rollout_kl_metrics_per_token_and_per_completion(
     monkeypatch: pytest.MonkeyPatch, shape: str
 ) -> None:
     """The logged KL is a mean over completion tokens (0 when there are none), the penalty a mean over the
     completions' sums: on a batch as tall as it is wide the two axes cannot be told apart, so these are not."""
     batch = {k: v[:, :3].clone() for k, v in _batch().items()}
-    if shape == "no-completion-tokens":
+    if shape != "three-positions":
         batch["completion_mask"].zero_()
+    if shape == "one-completion-token":
+        batch["completion_mask"][1, 0] = 1
     _rollout(monkeypatch, batch)
     trainer = _ppo(kl_coef=0.5, advantage_normalization="none")
     trainer._critic_values = lambda critic, batch, batch_size=None: VALUES[:, :3].clone()
