@@ -609,7 +609,7 @@ def test_reinforce_loss_with_each_normalisation_and_off_policy_weights(
     inputs = {
         "completion_mask": MASK4.clone(),
         "advantages": ADV.clone(),
-        "num_items_in_batch": torch.tensor(21.0),  # odd: shared by 2 processes, 10.5 each
+        "num_items_in_batch": torch.tensor(25.0),  # 12.5 on each of 2 processes; 25 x 2 / 3 is fractional
     }
     if off_policy:
         inputs["old_per_token_logps"] = old
@@ -622,7 +622,7 @@ def test_reinforce_loss_with_each_normalisation_and_off_policy_weights(
     if normalization == "token":
         # The generation batch's tokens shared by the processes; in training, over one accumulation window of the
         # 3 steps the generation feeds (no whole number of tokens, and none is rounded).
-        tokens = 21.0 / processes * (ga / 3 if training else 1)
+        tokens = 25.0 / processes * (ga / 3 if training else 1)
         want, grad_scale = total / tokens, 1 / tokens
     else:
         want = total / 4 / ga
@@ -1000,8 +1000,9 @@ class _ValueHead:
 def test_critic_values_read_the_position_before_each_completion_token_in_chunks(
     batch_size: int | None,
 ) -> None:
-    """V(s_t) is the critic's channel 0 at position P - 1 + t of prompt + completion, for 5 rows in chunks."""
-    rows, prompt, completion = 5, 3, 4
+    """V(s_t) is the critic's channel 0 at position P - 1 + t of prompt + completion, for 9 rows (more than
+    the 7 positions) in chunks."""
+    rows, prompt, completion = 9, 3, 4
     ids = torch.arange(rows * (prompt + completion)).view(rows, prompt + completion) * 10
     attention = (torch.rand(rows, prompt + completion) > 0.3).long()
     batch = {
@@ -1016,7 +1017,7 @@ def test_critic_values_read_the_position_before_each_completion_token_in_chunks(
     values = trainer._critic_values(critic, batch, batch_size)
     want = (ids.float() + 0.5 * attention.float())[:, prompt - 1 : -1]
     assert values.shape == (rows, completion) and torch.equal(values, want)
-    assert critic.rows == {None: [5], 2: [2, 2, 1], 1: [1] * 5}[batch_size]
+    assert critic.rows == {None: [9], 2: [2, 2, 2, 2, 1], 1: [1] * 9}[batch_size]
 
 
 def test_ppo_eval_rollout_reads_values_in_eval_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
