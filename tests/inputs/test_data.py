@@ -5,19 +5,32 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 
 from experiments.inputs.data import (
+    CALL_INSTRUCTION,
+    CHAT_REPLY,
     DEFAULT_INSTRUCTION,
     HUMANEVAL_COLUMNS,
+    STDIO_INSTRUCTION,
     DataError,
     DataSpec,
     build_datasets,
     load_humaneval,
+    load_problems,
     split_dataset,
     to_rl_rows,
 )
+
+STDIO_DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def _parsed(text: str) -> str:
+    """`text` as a parsed config hands it over: an equal string, not the same object as the literal."""
+    return "".join(list(text))
+
 
 # Seed 0, defaults (50 / 30 / 84). A change here means every reported number changes meaning: only update
 # these together with a note in the changelog.
@@ -106,8 +119,9 @@ def test_split_sizes_disjoint_and_seed_dependent(humaneval):
 
 
 def test_split_rejects_sizes_beyond_the_data(humaneval):
-    with pytest.raises(DataError, match="exceeds the 164 rows"):
+    with pytest.raises(DataError) as info:
         split_dataset(humaneval, n_train=150, n_eval=30)
+    assert str(info.value) == "n_train + n_eval = 150 + 30 = 180 exceeds the 164 rows available"
     with pytest.raises(DataError, match=">= 0"):
         split_dataset(humaneval, n_train=-1)
 
@@ -254,3 +268,64 @@ def test_built_learnable_rows_keep_held_out_problems_out_of_training():
     assert not set(train["prompt"]) & set(evaluation["prompt"])
     train, evaluation = build_datasets(DataSpec(dataset="learnable", n_train=10, n_eval=0))
     assert len(evaluation) == 0 and evaluation.column_names == train.column_names  # not a column-less table
+
+
+@pytest.mark.parametrize("style", ["completion", "chat"])
+def test_stdio_rows_ask_for_a_whole_program_in_either_style(style: str):
+    """APPS rows 0 (stdin/stdout) and 6 (call-based, fn_name "add"): the request names what the tests run, the
+    statement follows, nothing is prepended to the completion (code_prompt "")."""
+    problems = load_problems(STDIO_DATA / "stdio_apps.jsonl")
+    assert problems.column_names[:2] == ["task_id", "statement"]
+    rows = to_rl_rows(problems.select([0, 6]), style=_parsed(style))
+    assert rows["code_prompt"] == ["", ""]
+    texts = [
+        f"{STDIO_INSTRUCTION}\n\n{problems[0]['statement'].strip()}",
+        f"{CALL_INSTRUCTION.format(fn_name='add')}\n\n{problems[6]['statement'].strip()}",
+    ]
+    if style == "completion":
+        assert rows["prompt"] == [f'"""\n{t}\n"""\n' for t in texts]
+    else:
+        assert rows["prompt"] == [[{"role": "user", "content": t + CHAT_REPLY}] for t in texts]
+    assert rows["task_id"] == problems["task_id"][:1] + problems["task_id"][6:7]
+
+
+def test_stdio_chat_rows_with_a_system_prompt_and_an_instruction_of_ones_own():
+    problems = load_problems(STDIO_DATA / "stdio_code_contests.jsonl").select([0])
+    rows = to_rl_rows(problems, style="chat", system_prompt="Be terse.", instruction="Solve it.")
+    statement = problems[0]["statement"].strip()
+    # One's own instruction replaces the request and the reply format: nothing is appended to it.
+    assert rows[0]["prompt"] == [
+        {"role": "system", "content": "Be terse."},
+        {"role": "user", "content": f"Solve it.\n\n{statement}"},
+    ]
+
+
+def test_a_stdio_file_loads_as_stdio_problems_not_as_humaneval_rows():
+    problems = load_problems(STDIO_DATA / "stdio_verification_info.jsonl")
+    assert (
+        len(problems) == 8
+        and "statement" in problems.column_names
+        and "entry_point" not in problems.column_names
+    )
+
+
+@pytest.mark.parametrize("where", ["absolute", "relative"])
+def test_built_rows_come_from_the_file_the_dataset_names(tmp_path, monkeypatch, where: str):
+    """A path sorts before "humaneval" ("/...") or after it and after "learnable" ("x..."): either way it is
+    the file's rows that are built, not HumanEval's or the learnable task's."""
+    path = tmp_path / "x_stdio.jsonl"
+    path.write_bytes((STDIO_DATA / "stdio_apps.jsonl").read_bytes())
+    if where == "relative":
+        monkeypatch.chdir(tmp_path)
+    dataset = str(path) if where == "absolute" else "x_stdio.jsonl"
+    train, evaluation = build_datasets(DataSpec(dataset=_parsed(dataset), n_train=5, n_eval=3))
+    ids = set(load_problems(path)["task_id"])
+    assert set(train["task_id"]) | set(evaluation["task_id"]) == ids and len(ids) == 8
+    assert train["code_prompt"] == [""] * 5
+
+
+def test_the_dataset_names_read_as_a_parsed_config_hands_them_over(humaneval):
+    train, evaluation = build_datasets(DataSpec(dataset=_parsed("humaneval"), n_train=4, n_eval=2))
+    assert set(train["task_id"]) | set(evaluation["task_id"]) <= set(humaneval["task_id"])
+    train, _ = build_datasets(DataSpec(dataset=_parsed("learnable"), n_train=4, n_eval=2))
+    assert len(train) == 4 and not set(train["task_id"]) & set(humaneval["task_id"])
