@@ -186,6 +186,36 @@ def test_missing_local_file_and_offline_hub_fail_in_one_line(tmp_path):
     assert "offline" in message and "HF_HUB_OFFLINE=1" in message and ".jsonl" in message
 
 
+@pytest.mark.parametrize(
+    "source, hub",
+    [("openai/openai_humaneval", True), ("data/humaneval/test", False), ("absent.jsonl", False)],
+)
+def test_a_source_is_a_hub_name_only_when_it_looks_like_one(tmp_path, monkeypatch, source: str, hub: bool):
+    """ "org/name" goes to the hub (offline here); two slashes or a data suffix is a path, and missing."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError) as info:
+        load_humaneval(source)
+    assert ("hub is offline" in str(info.value)) == hub
+    assert (str(info.value) == f"{source}: no such file") == (not hub)
+
+
+@pytest.mark.parametrize("kind", ["function", "stdio"])
+def test_a_repeated_task_id_is_named(humaneval, tmp_path, kind: str):
+    """Ids a, b, b: the message names b, the one that repeats, not the first row's."""
+    if kind == "function":
+        rows = humaneval.select(range(3)).to_list()
+        key = "task_id"
+    else:
+        rows = [json.loads(line) for line in (STDIO_DATA / "stdio_apps.jsonl").read_text().splitlines()[:3]]
+        key = "problem_id"
+    rows[0][key], rows[1][key], rows[2][key] = "a", "b", "b"
+    path = tmp_path / "repeated.jsonl"
+    _write_jsonl(path, rows)
+    with pytest.raises(DataError) as info:
+        load_problems(path)
+    assert str(info.value).endswith("task_id 'b' appears more than once")
+
+
 def test_completion_rows(humaneval):
     rows = to_rl_rows(humaneval.select(range(4)), style="completion")
     assert rows["prompt"] == humaneval["prompt"][:4]
