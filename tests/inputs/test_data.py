@@ -359,3 +359,91 @@ def test_the_dataset_names_read_as_a_parsed_config_hands_them_over(humaneval):
     assert set(train["task_id"]) | set(evaluation["task_id"]) <= set(humaneval["task_id"])
     train, _ = build_datasets(DataSpec(dataset=_parsed("learnable"), n_train=4, n_eval=2))
     assert len(train) == 4 and not set(train["task_id"]) & set(humaneval["task_id"])
+
+
+def _stdio_file(tmp_path, rows: list[dict]) -> Path:
+    path = tmp_path / "stdio.jsonl"
+    _write_jsonl(path, rows)
+    return path
+
+
+IO = json.dumps({"inputs": ["1\n"], "outputs": ["1\n"]})
+
+
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        (
+            [
+                {"problem_id": "p0", "question": "echo", "input_output": IO},
+                {
+                    "problem_id": "p1",
+                    "question": "echo",
+                    "input_output": json.dumps({"inputs": [], "outputs": []}),
+                },
+            ],
+            "row 1 (task_id 'p1') has no test case",
+        ),
+        (
+            [{"problem_id": "p0", "question": " ", "input_output": IO}],
+            "row 0 (task_id 'p0') has no 'question' (missing or empty)",
+        ),
+        (
+            [{"problem_id": "p0", "question": 7, "input_output": IO}],
+            "row 0 (task_id 'p0') has no 'question' (missing or empty)",
+        ),
+        (
+            [{"problem_id": "p0", "title": "echo", "input_output": IO}],
+            "no problem statement column (question / description / prompt / problem / problem_statement; its "
+            "columns: problem_id, title, input_output)",
+        ),
+    ],
+    ids=["no-cases", "blank-statement", "statement-not-text", "no-statement-column"],
+)
+def test_a_stdio_row_that_cannot_train_is_named(tmp_path, rows: list[dict], message: str):
+    path = _stdio_file(tmp_path, rows)
+    with pytest.raises(DataError) as info:
+        load_problems(path)
+    assert str(info.value) == f"{path}: {message}"
+
+
+def test_stdio_rows_that_can_train_load_each_statement():
+    """The positive side of the checks above: every row of each format has cases and a statement."""
+    for fmt in ("apps", "code_contests", "verification_info"):
+        problems = load_problems(STDIO_DATA / f"stdio_{fmt}.jsonl")
+        assert len(problems) == 8 and all(s.strip() for s in problems["statement"])
+
+
+@pytest.mark.parametrize(
+    "error, first",
+    [
+        (ConnectionError("connection refused\nretry later"), "connection refused"),
+        (ValueError(""), "ValueError"),
+    ],
+)
+def test_a_hub_failure_online_is_one_line(humaneval, monkeypatch, error: Exception, first: str):
+    import datasets
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+
+    def fail(name, split):
+        raise error
+
+    monkeypatch.setattr(datasets, "load_dataset", fail)
+    with pytest.raises(DataError) as info:
+        load_humaneval("org/name")
+    assert str(info.value) == (
+        f"could not load dataset 'org/name' (split 'test') from the Hugging Face hub: {first}; pass a local "
+        ".jsonl/.jsonl.gz/.parquet file instead"
+    )
+
+
+@pytest.mark.parametrize("shape", ["dataset", "dataset-dict"])
+def test_a_hub_dataset_is_its_test_split(humaneval, monkeypatch, shape: str):
+    import datasets
+
+    rows = humaneval.select(range(3))
+    got = rows if shape == "dataset" else datasets.DatasetDict({"train": humaneval.select([9]), "test": rows})
+    monkeypatch.setattr(datasets, "load_dataset", lambda name, split: got)
+    assert load_humaneval("org/name")["task_id"] == rows["task_id"]
