@@ -20,7 +20,9 @@ from experiments.inputs.data import (
     build_datasets,
     load_humaneval,
     load_problems,
+    problem_kind,
     split_dataset,
+    stdio_prompt,
     to_rl_rows,
 )
 
@@ -447,3 +449,90 @@ def test_a_hub_dataset_is_its_test_split(humaneval, monkeypatch, shape: str):
     got = rows if shape == "dataset" else datasets.DatasetDict({"train": humaneval.select([9]), "test": rows})
     monkeypatch.setattr(datasets, "load_dataset", lambda name, split: got)
     assert load_humaneval("org/name")["task_id"] == rows["task_id"]
+
+
+def test_a_jsonl_file_skips_blank_lines_and_names_the_line_that_is_not_json(humaneval, tmp_path):
+    rows = humaneval.select(range(3)).to_list()
+    path = tmp_path / "gaps.jsonl"
+    path.write_text(json.dumps(rows[0]) + "\n\n" + "\n".join(json.dumps(r) for r in rows[1:]) + "\n")
+    assert load_humaneval(path)["task_id"] == humaneval["task_id"][:3]  # all rows, past the blank line
+    path.write_text(json.dumps(rows[0]) + "\n\n{not json\n")
+    with pytest.raises(DataError) as info:
+        load_humaneval(path)
+    assert str(info.value).startswith(f"{path}:3: not valid JSON (")
+
+
+def test_the_first_missing_required_column_is_named(humaneval, tmp_path):
+    rows = humaneval.select(range(2)).to_list()
+    for row in rows:
+        del row["test"], row["entry_point"]
+    path = tmp_path / "two_missing.jsonl"
+    _write_jsonl(path, rows)
+    with pytest.raises(
+        DataError, match=r"column 'test' is missing \(its columns: task_id, prompt, canonical"
+    ):
+        load_humaneval(path)
+
+
+@pytest.mark.parametrize("columns, named", [([], "none"), (["a", "b"], "a, b")])
+def test_columns_of_no_kind_are_named(columns: list[str], named: str):
+    with pytest.raises(DataError) as info:
+        problem_kind(columns)
+    assert str(info.value).startswith(f"columns {named}: neither function problems (task_id, prompt, test, ")
+
+
+def test_a_malformed_stdio_row_is_named_with_the_formats_reason(tmp_path):
+    path = _stdio_file(tmp_path, [{"problem_id": "p0", "question": "echo", "input_output": "not json"}])
+    with pytest.raises(DataError) as info:
+        load_problems(path)
+    assert (
+        str(info.value)
+        == f"{path}: row 0 (task_id 'p0'): input_output is not valid JSON: Expecting value: line 1 column 1 (char 0)"
+    )
+
+
+@pytest.mark.parametrize(
+    "starter, fn_name, want",
+    [
+        (None, None, f"{STDIO_INSTRUCTION}\n\nSum it."),
+        ("   \n", None, f"{STDIO_INSTRUCTION}\n\nSum it."),  # blank starter code adds nothing
+        (
+            "class Solution:\n    def add(self, a, b):\n",
+            "add",
+            f"{CALL_INSTRUCTION.format(fn_name='add')}\n\nSum it.\n\nStart from this code:\n```python\n"
+            "class Solution:\n    def add(self, a, b):\n```",
+        ),
+    ],
+)
+def test_stdio_prompt_with_and_without_starter_code(starter, fn_name, want):
+    assert stdio_prompt("  Sum it.\n", starter, None, fn_name) == want
+
+
+def test_a_path_object_is_a_path_even_without_a_suffix_and_a_backslash_makes_a_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError, match="^absent: no such file$"):
+        load_humaneval(Path("absent"))
+    with pytest.raises(DataError, match=r"no such file$"):
+        load_humaneval("data\\humaneval")
+
+
+def test_split_sizes_below_zero_are_refused_on_either_side(humaneval):
+    for sizes in ({"n_train": -1}, {"n_eval": -1}):
+        with pytest.raises(DataError, match=r"^split sizes must be >= 0"):
+            split_dataset(humaneval, **sizes)
+
+
+def test_the_data_spec_defaults_are_the_experiments_and_it_is_frozen():
+    import dataclasses
+
+    spec = DataSpec()
+    assert (spec.dataset, spec.n_train, spec.n_eval, spec.split_seed, spec.style, spec.system_prompt) == (
+        "humaneval",
+        50,
+        30,
+        0,
+        "completion",
+        None,
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.n_train = 3  # type: ignore[misc]
