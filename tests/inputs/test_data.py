@@ -536,3 +536,47 @@ def test_the_data_spec_defaults_are_the_experiments_and_it_is_frozen():
     )
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.n_train = 3  # type: ignore[misc]
+
+
+def test_files_of_300_rows_load_and_split(humaneval, tmp_path):
+    """Row counts are compared by value: 300 is past the small integers CPython keeps one object for."""
+    base = humaneval[0]
+    function_rows = [{**base, "task_id": f"T/{i}"} for i in range(300)]
+    path = tmp_path / "many.jsonl"
+    _write_jsonl(path, function_rows)
+    loaded = load_problems(path)
+    assert len(loaded) == 300
+    split = split_dataset(loaded, n_train=200, n_eval=50)
+    assert [len(split[k]) for k in ("train", "eval", "heldout")] == [200, 50, 50]
+    stdio_rows = [{"problem_id": f"p{i}", "question": "echo", "input_output": IO} for i in range(300)]
+    assert len(load_problems(_stdio_file(tmp_path, stdio_rows))) == 300
+
+
+def test_split_refuses_repeated_task_ids(humaneval):
+    from datasets import Dataset
+
+    rows = humaneval.select(range(3)).to_list()
+    rows[2]["task_id"] = rows[1]["task_id"]
+    with pytest.raises(DataError, match="^split_dataset needs unique task_id values$"):
+        split_dataset(Dataset.from_list(rows), n_train=1, n_eval=1)
+
+
+def test_split_defaults_are_50_30_and_seed_0(humaneval):
+    default = split_dataset(humaneval)
+    explicit = split_dataset(humaneval, n_train=50, n_eval=30, seed=0)
+    for name in ("train", "eval", "heldout"):
+        assert default[name]["task_id"] == explicit[name]["task_id"]
+
+
+def test_function_rows_read_the_style_as_a_parsed_config_hands_it_over(humaneval):
+    rows = to_rl_rows(humaneval.select(range(2)), style=_parsed("completion"))
+    assert rows["prompt"] == humaneval["prompt"][:2]
+
+
+def test_the_data_spec_is_read_from_any_config_with_its_keys():
+    from types import SimpleNamespace
+
+    config = SimpleNamespace(
+        dataset="learnable", n_train=7, n_eval=2, split_seed=5, style="chat", system_prompt="Hi.", lr=1e-5
+    )
+    assert DataSpec.from_config(config) == DataSpec("learnable", 7, 2, 5, "chat", "Hi.")
