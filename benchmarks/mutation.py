@@ -144,6 +144,7 @@ TARGETS: dict[str, dict] = {
         "definitions": None,
         "before": [],
         "after": [
+            "tests/evaluation/test_evaluation.py",  # the estimators' and intervals' exact cases, first (1 s)
             "tests/evaluation/test_eval_combinations.py",
             "tests/evaluation/test_statistics_meaning.py",
         ],
