@@ -580,3 +580,10 @@ def test_the_data_spec_is_read_from_any_config_with_its_keys():
         dataset="learnable", n_train=7, n_eval=2, split_seed=5, style="chat", system_prompt="Hi.", lr=1e-5
     )
     assert DataSpec.from_config(config) == DataSpec("learnable", 7, 2, 5, "chat", "Hi.")
+
+
+def test_verification_info_rows_keep_their_cases_when_the_statement_is_set_aside():
+    """verification_info sorts after "statement": it is the cases, and must reach the format reader."""
+    rows = to_rl_rows(load_problems(STDIO_DATA / "stdio_verification_info.jsonl"), style="chat")
+    assert len(rows) == 8 and rows["code_prompt"] == [""] * 8
+    assert rows[0]["prompt"][-1]["content"].startswith(STDIO_INSTRUCTION)
