@@ -211,3 +211,32 @@ def test_eval_result_to_dict_is_json_and_separates_timing() -> None:
     res.problems = measured
     assert res.entropy.value == pytest.approx(0.4) and res.entropy.ci_low <= 0.4 <= res.entropy.ci_high
     assert res.to_dict()["problems"][1]["entropy"] == 0.6
+
+
+def test_a_constant_input_gives_exactly_its_value_not_a_float_drifted_mean():
+    # The mean of thirty 0.1s is not 0.1 in floating point; the interval of a constant is the constant.
+    assert np.full(30, 0.1)[np.zeros((2, 30), dtype=int)].mean(axis=1)[0] != 0.1
+    assert bootstrap_ci([0.1] * 30) == (0.1, 0.1)
+
+
+def test_hierarchical_bootstrap_gathers_in_chunks_of_about_two_million_values():
+    """(seeds, chunk, problems) stays near 2M values (16 MB of float64) whatever n_bootstrap asks for: 4 seeds x
+    5000 problems x 2000 replicates would be 320 MB in one gather."""
+    import tracemalloc
+
+    group = np.random.default_rng(1).random((4, 5000))
+    tracemalloc.start()
+    try:
+        reps = hierarchical_bootstrap([group], n_bootstrap=2000, seed=0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert reps.shape == (2000, 1) and abs(reps.mean() - group.mean()) < 0.01
+    assert peak < 40e6, f"peak {peak / 1e6:.0f} MB"
+
+
+def test_tokens_per_second_is_a_true_division():
+    est = summarize([ProblemResult("t", 1, 1, [1.0], None, "", 0)], [1])[2]
+    res = EvalResult({"pass@1": est}, None, est, 1, 1, [1], 10, 4.0, 0.1, [])
+    assert res.tokens_per_s == 2.5
+    assert math.isnan(EvalResult({"pass@1": est}, None, est, 1, 1, [1], 10, 0.0, 0.1, []).tokens_per_s)
