@@ -240,3 +240,16 @@ def test_tokens_per_second_is_a_true_division():
     res = EvalResult({"pass@1": est}, None, est, 1, 1, [1], 10, 4.0, 0.1, [])
     assert res.tokens_per_s == 2.5
     assert math.isnan(EvalResult({"pass@1": est}, None, est, 1, 1, [1], 10, 0.0, 0.1, []).tokens_per_s)
+
+
+@pytest.mark.parametrize("ns, cs", [([4, 4], [1]), ([4], [1, 2])])
+def test_counts_of_different_lengths_are_refused_either_way(ns, cs):
+    with pytest.raises(ValueError, match="ns and cs differ in length"):
+        pass_at_k_per_problem(ns, cs, 1)
+
+
+@pytest.mark.parametrize("second", [np.ones((1, 2)), np.ones((1, 4)), np.ones((0, 3))])
+def test_groups_over_other_problems_or_without_seeds_are_refused(second):
+    """Fewer or more problems than the first group, or no seed at all."""
+    with pytest.raises(ValueError, match="every group needs >= 1 seed and the same 3 problems"):
+        hierarchical_bootstrap([np.ones((2, 3)), second], n_bootstrap=10)
