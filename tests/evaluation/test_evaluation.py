@@ -253,3 +253,23 @@ def test_groups_over_other_problems_or_without_seeds_are_refused(second):
     """Fewer or more problems than the first group, or no seed at all."""
     with pytest.raises(ValueError, match="every group needs >= 1 seed and the same 3 problems"):
         hierarchical_bootstrap([np.ones((2, 3)), second], n_bootstrap=10)
+
+
+def test_one_seed_is_the_plain_problem_bootstrap_across_chunks():
+    """One seed per group: each replicate is the mean over one resample of the problems, drawn from the seeded
+    generator in order, and nothing else is drawn (3000 problems: the 2000 replicates come in 4 chunks)."""
+    values = np.random.default_rng(3).random((1, 3000))
+    reps = hierarchical_bootstrap([values], n_bootstrap=2000, seed=5)[:, 0]
+    problems = np.random.default_rng(5).integers(0, 3000, size=(2000, 3000))
+    assert np.array_equal(reps, values[0][problems].mean(axis=1))
+
+
+def test_an_estimate_is_a_value():
+    import dataclasses
+
+    from experiments.evaluation.stats import Estimate
+
+    est = Estimate(0.5, 0.25, 0.75)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        est.value = 1.0  # type: ignore[misc]
+    assert est.to_dict() == {"value": 0.5, "ci": [0.25, 0.75]}
