@@ -18,8 +18,10 @@ from experiments.evaluation.stats import (
     coverage_ks,
     hierarchical_bootstrap,
     holm,
+    paired_interval,
     pass_at_k,
     pass_at_k_per_problem,
+    percentile_interval,
     summarize,
 )
 
@@ -273,3 +275,66 @@ def test_an_estimate_is_a_value():
     with pytest.raises(dataclasses.FrozenInstanceError):
         est.value = 1.0  # type: ignore[misc]
     assert est.to_dict() == {"value": 0.5, "ci": [0.25, 0.75]}
+
+
+class _DrawRecorder:
+    """np.random.default_rng's generator, recording the shape of each integers() draw."""
+
+    make = staticmethod(np.random.default_rng)  # the real one, taken before any test patches it
+
+    def __init__(self, seed):
+        self.rng = self.make(seed)
+        self.draws: list[tuple[int, tuple[int, int]]] = []
+
+    def integers(self, low, high, size):
+        self.draws.append((high, size))
+        return self.rng.integers(low, high, size=size)
+
+
+@pytest.mark.parametrize(
+    "seeds, problems, n_bootstrap, chunks",
+    [
+        (4, 5000, 250, [100, 100, 50]),  # 2M // (5000 x 4) = 100 replicates a gather
+        (3, 1, 666_668, [666_666, 2]),  # 2M // 3
+        (2, 600_000, 3, [1, 1, 1]),  # one replicate is already more than 1M values: one at a time
+    ],
+)
+def test_hierarchical_bootstrap_chunks_replicates_by_the_2m_value_rule(
+    monkeypatch, seeds, problems, n_bootstrap, chunks
+):
+    import experiments.evaluation.stats as stats
+
+    recorders = []
+    monkeypatch.setattr(
+        stats.np.random, "default_rng", lambda seed: recorders.append(_DrawRecorder(seed)) or recorders[-1]
+    )
+    group = np.tile(np.arange(seeds, dtype=float)[:, None], (1, problems))
+    hierarchical_bootstrap([group], n_bootstrap=n_bootstrap, seed=0)
+    problem_draws = [size for high, size in recorders[0].draws if high == problems and size[1] == problems]
+    assert [b for b, _ in problem_draws] == chunks
+
+
+def test_the_statistics_defaults():
+    values = [0.0, 1.0, 1.0, 0.0, 1.0]
+    assert bootstrap_ci(values) == bootstrap_ci(values, n_bootstrap=1000, confidence=0.95, seed=0)
+    group = np.array([values, values[::-1]])
+    reps = hierarchical_bootstrap([group])
+    assert reps.shape == (10_000, 1) and np.array_equal(
+        reps, hierarchical_bootstrap([group], n_bootstrap=10_000, seed=0)
+    )
+    assert percentile_interval(reps[:, 0]) == percentile_interval(reps[:, 0], 0.95)
+    a, b = group, group[:, ::-1]
+    assert paired_interval(a, b, n_bootstrap=200) == paired_interval(
+        a, b, n_bootstrap=200, seed=0, confidence=0.95
+    )
+    problems = [ProblemResult(f"t{i}", 1, int(v), [v], None, "", 0) for i, v in enumerate(values)]
+    assert summarize(problems, [1]) == summarize(problems, [1], n_bootstrap=1000, confidence=0.95, seed=0)
+    est = summarize(problems, [1])[2]
+    assert EvalResult({"pass@1": est}, None, est, 5, 1, [1], 0, 1.0, 0.1, []).n_bootstrap == 1000
+
+
+def test_edge_sizes_one_value_one_problem_no_groups():
+    assert bootstrap_ci([0.5]) == (0.5, 0.5)
+    one_problem = hierarchical_bootstrap([np.array([[1.0], [0.0]])], n_bootstrap=50)
+    assert one_problem.shape == (50, 1) and set(one_problem[:, 0]) <= {0.0, 0.5, 1.0}
+    assert hierarchical_bootstrap([], n_bootstrap=7).shape == (7, 0)
