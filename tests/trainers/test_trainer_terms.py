@@ -413,6 +413,15 @@ def _rollout(monkeypatch: pytest.MonkeyPatch, out: dict) -> None:
 # training, so its group's baselines use one completion.
 REWARDS_PER_FUNC = torch.tensor([[1.0, 0.0], [0.0, 1.0], [float("nan"), float("nan")], [0.5, 1.0]])
 SCALAR = [1.0, 0.5, float("nan"), 1.0]
+
+
+def _only_scorable(rows: list[int]) -> torch.Tensor:
+    """REWARDS_PER_FUNC with every other row unscorable (NaN for every function)."""
+    rewards = torch.full((4, 2), float("nan"))
+    rewards[rows] = REWARDS_PER_FUNC[rows]
+    return rewards
+
+
 MASK4 = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0]])
 OLD = torch.tensor(
     [
@@ -647,8 +656,7 @@ def test_reinforce_rollout_metrics_with_few_scorable_completions_and_no_completi
     batch = _batch()
     batch["completion_mask"] = torch.zeros_like(MASK4)
     _rollout(monkeypatch, batch)
-    rewards_per_func = torch.full((4, 2), float("nan"))
-    rewards_per_func[scorable] = REWARDS_PER_FUNC[scorable]
+    rewards_per_func = _only_scorable(scorable)
     trainer = _fabricated(
         ReinforceTrainer,
         num_generations=2,
@@ -1284,8 +1292,7 @@ def test_pkpo_metrics_with_two_or_fewer_scorable_completions(
     """Two scorable completions in one group: an estimate and a spread. Fewer: no group has k = 2 scorable
     completions, so no estimate to log (0), and no spread of fewer than two (0)."""
     _rollout(monkeypatch, _batch())
-    rewards_per_func = torch.full((4, 2), float("nan"))
-    rewards_per_func[scorable] = REWARDS_PER_FUNC[scorable]
+    rewards_per_func = _only_scorable(scorable)
     trainer = _fabricated(
         PKPOTrainer,
         num_generations=2,
