@@ -257,6 +257,42 @@ def test_groups_over_other_problems_or_without_seeds_are_refused(second):
         hierarchical_bootstrap([np.ones((2, 3)), second], n_bootstrap=10)
 
 
+def test_groups_over_no_problems_are_refused():
+    with pytest.raises(ValueError, match="every group needs >= 1 seed and the same 0 problems"):
+        hierarchical_bootstrap([np.ones((2, 0))], n_bootstrap=10)
+
+
+def test_holm_caps_at_one_and_keeps_the_input_order():
+    assert holm([0.6, 0.01, 0.9]) == [1.0, 0.03, 1.0]
+
+
+def test_lists_of_300_problems():
+    """Lengths are compared by value: 300 and 512 are past the small integers CPython keeps one object for."""
+    assert len(pass_at_k_per_problem([4] * 300, [1] * 300, 2)) == 300
+    assert coverage_ks(512) == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+
+
+def test_a_first_reward_above_one_passes():
+    # Passing is reward >= 1: a reward with a bonus on top of the tests' 1.0 still counts as a pass.
+    assert ProblemResult("t", 2, 1, [1.25, 0.0], None, "", 0).first_sample_passed is True
+    assert ProblemResult("t", 2, 1, [0.99, 1.0], None, "", 0).first_sample_passed is False
+
+
+def test_summaries_skip_a_k_of_zero_and_estimates_default_to_seed_0():
+    problems = [ProblemResult(f"t{i}", 2, i % 3, [float(i % 3 == 2)] * 2, None, "", 0) for i in range(9)]
+    passk, _, avg = summarize(problems, [0, 1, 2])
+    assert sorted(passk) == ["pass@1", "pass@2"]
+    res = EvalResult(passk, None, avg, 9, 2, [1, 2], 10, 0.5, 0.1, problems, settings={})
+    assert res.tokens_per_s == 20.0  # under a second of generation
+    values = [float(p.first_sample_passed) for p in problems]
+    assert (
+        res.first_sample_pass_at_1
+        == summarize([ProblemResult("x", 1, int(v), [v], None, "", 0) for v in values], [1], seed=0)[0][
+            "pass@1"
+        ]
+    )
+
+
 def test_one_seed_is_the_plain_problem_bootstrap_across_chunks():
     """One seed per group: each replicate is the mean over one resample of the problems, drawn from the seeded
     generator in order, and nothing else is drawn (3000 problems: the 2000 replicates come in 4 chunks)."""
@@ -297,6 +333,7 @@ class _DrawRecorder:
         (4, 5000, 250, [100, 100, 50]),  # 2M // (5000 x 4) = 100 replicates a gather
         (3, 1, 666_668, [666_666, 2]),  # 2M // 3
         (2, 600_000, 3, [1, 1, 1]),  # one replicate is already more than 1M values: one at a time
+        (1, 2_100_000, 2, [1, 1]),  # more than 2M values in one replicate: still one at a time, never none
     ],
 )
 def test_hierarchical_bootstrap_chunks_replicates_by_the_2m_value_rule(
