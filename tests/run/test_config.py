@@ -437,3 +437,37 @@ def test_an_output_dir_that_holds_a_run_is_refused_unless_overwritten_or_resumed
                 [demo, "--method", "grpo", "--output_dir", str(out), "--overwrite", "--resume", "true"]
             )
         )
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "a: [1, 2\n",
+            ":2:1: not valid YAML: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence)",
+        ),
+        (
+            "a: b: c\n",
+            ":1:5: not valid YAML: mapping values are not allowed here",
+        ),  # no context: nothing after
+    ],
+)
+def test_yaml_errors_give_the_problem_and_its_context_only_when_there_is_one(tmp_path: Path, text, message):
+    from experiments.run.argv import load_yaml
+
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_yaml(path)
+    assert str(info.value) == f"config: {path}{message}"
+
+
+def test_trls_names_for_model_and_dataset_stand_for_them_once(tmp_path: Path, no_model_loads: None) -> None:
+    exp, _ = parse_config([write(tmp_path, CPU + "method: grpo\nmodel_name_or_path: some/model\n")])
+    assert exp.model == "some/model"
+    both = write(
+        tmp_path, CPU + "method: grpo\nmodel_name_or_path: some/model\nmodel: other/model\n", "both.yaml"
+    )
+    with pytest.raises(
+        ConfigError, match="^model_name_or_path: TRL's name for model, which .* also sets; keep one"
+    ):
+        parse_config([both])
