@@ -471,3 +471,65 @@ def test_trls_names_for_model_and_dataset_stand_for_them_once(tmp_path: Path, no
         ConfigError, match="^model_name_or_path: TRL's name for model, which .* also sets; keep one"
     ):
         parse_config([both])
+
+
+def test_the_parsers_error_is_its_first_line_as_a_config_error():
+    from experiments.run.argv import trl_parser_cls
+
+    parser = trl_parser_cls()((ExperimentArgs,), allow_abbrev=False)
+    with pytest.raises(ConfigError, match="^lr: invalid float value: 'x'$"):
+        parser.error("argument --lr/--l-r: invalid float value: 'x'\nusage: ...")
+    with pytest.raises(ConfigError, match="^invalid arguments$"):
+        parser.error("")
+
+
+def test_negative_values_join_only_the_flag_just_before_them():
+    from experiments.run.argv import join_negative_values
+
+    assert join_negative_values(["cfg.yaml", "--lr", "-1e-3"]) == ["cfg.yaml", "--lr=-1e-3"]
+    assert join_negative_values(["--a", "x", "-1"]) == ["--a", "x", "-1"]  # "-1" follows a value, not a flag
+    assert join_negative_values(["--a=1", "-1"]) == ["--a=1", "-1"]
+
+
+def test_flag_keys_skip_a_bare_double_dash():
+    from experiments.run.argv import flag_keys
+
+    assert flag_keys(["--", "--lr", "1", "--seed=3", "x"]) == ["lr", "seed"]
+
+
+def test_with_no_argv_the_command_line_after_the_program_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_model_loads: None
+) -> None:
+    monkeypatch.setattr("sys.argv", ["passk", write(tmp_path, CPU + "method: grpo\n"), "--n_train", "7"])
+    exp, _ = parse_config()
+    assert exp.method == "grpo" and exp.n_train == 7
+
+
+def test_of_several_unknown_keys_the_first_is_named(tmp_path: Path, no_model_loads: None) -> None:
+    with pytest.raises(ConfigError, match="^zzz_first: unknown key in "):
+        parse_config([write(tmp_path, CPU + "method: grpo\nzzz_first: 1\naaa_second: 2\n")])
+
+
+def test_another_methods_key_in_a_file_is_set_aside_not_applied(tmp_path: Path, no_model_loads: None) -> None:
+    exp, cfg = parse_config([write(tmp_path, CPU + "method: grpo\nvf_coef: 0.3\npkpo_k: 2\n")])
+    assert sorted(exp.not_applicable) == ["pkpo_k", "vf_coef"]
+    assert not hasattr(cfg, "vf_coef") and not hasattr(cfg, "pkpo_k")
+
+
+def test_a_config_class_sharing_keys_with_experiment_args_names_the_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_model_loads: None
+) -> None:
+    import dataclasses
+    from types import SimpleNamespace
+
+    import experiments.run.argv as argv
+
+    @dataclasses.dataclass
+    class Clashing:
+        seed: int = 0
+        model: str = ""
+        dataset: str = ""
+
+    monkeypatch.setattr(argv, "method_spec", lambda name: SimpleNamespace(config_cls=Clashing, defaults={}))
+    with pytest.raises(ConfigError, match="^dataset: defined by both ExperimentArgs and Clashing$"):
+        parse_config([write(tmp_path, "method: grpo\n")])
