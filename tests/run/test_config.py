@@ -533,3 +533,52 @@ def test_a_config_class_sharing_keys_with_experiment_args_names_the_first(
     monkeypatch.setattr(argv, "method_spec", lambda name: SimpleNamespace(config_cls=Clashing, defaults={}))
     with pytest.raises(ConfigError, match="^dataset: defined by both ExperimentArgs and Clashing$"):
         parse_config([write(tmp_path, "method: grpo\n")])
+
+
+def test_a_checkpoint_with_its_trainer_state_is_a_run_resume_can_continue(
+    tmp_path: Path, no_model_loads: None
+) -> None:
+    from experiments.run.validation import check_output_dir
+
+    out = tmp_path / "run"
+    exp, cfg = parse_config(
+        [str(shipped_configs("demo.yaml")[0]), "--method", "grpo", "--output_dir", str(out)]
+    )
+    (out / "checkpoint-7").mkdir(parents=True)  # a checkpoint cut off before its trainer_state.json
+    with pytest.raises(ConfigError, match="of a run that saved no checkpoint"):
+        check_output_dir(exp, cfg)
+    (out / "checkpoint-7" / "trainer_state.json").write_text("{}")  # written last: a whole checkpoint
+    with pytest.raises(ConfigError, match=r"already holds files \(checkpoint-7\); pass --overwrite"):
+        check_output_dir(exp, cfg)
+
+
+def test_too_few_prompts_for_one_generation_batch_say_how_many_it_needs(
+    tmp_path: Path, no_model_loads: None
+) -> None:
+    args = ["--per_device_train_batch_size", "4", "--num_generations", "2", "--steps_per_generation", "2"]
+    with pytest.raises(ConfigError) as info:
+        parse_config([write(tmp_path, CPU + "method: grpo\n"), *args, "--n_train", "3"])
+    # 4 completions x 2 steps = 8 completions, 2 per prompt: 4 prompts.
+    assert str(info.value) == (
+        "n_train: 3 prompts are fewer than the 4 one generation batch needs (TRL would train 0 steps)"
+    )
+
+
+@pytest.mark.parametrize(
+    "env, sharded",
+    [
+        ({}, False),
+        ({"ACCELERATE_USE_FSDP": "True"}, True),
+        ({"ACCELERATE_USE_DEEPSPEED": "TRUE", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}, True),
+        ({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"}, False),
+        ({"ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}, False),  # a stage without DeepSpeed in use
+    ],
+)
+def test_sharded_weights_read_from_the_launchers_environment(monkeypatch: pytest.MonkeyPatch, env, sharded):
+    from experiments.run.validation import sharded_weights
+
+    for var in ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_DEEPSPEED_ZERO_STAGE"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    assert sharded_weights() is sharded
