@@ -5,6 +5,8 @@ Nothing here loads a model: `no_model_loads` makes any attempt fail the test.
 
 from __future__ import annotations
 
+import enum
+import typing
 from pathlib import Path
 
 import pytest
@@ -582,3 +584,45 @@ def test_sharded_weights_read_from_the_launchers_environment(monkeypatch: pytest
     for var, value in env.items():
         monkeypatch.setenv(var, value)
     assert sharded_weights() is sharded
+
+
+class _Color(enum.Enum):
+    RED = "red"
+
+
+@pytest.mark.parametrize(
+    "value, tp, ok",
+    [
+        ("x", str, True),
+        (123, str, False),
+        (None, type(None), True),
+        (0, type(None), False),
+        (True, bool, True),
+        ("yes", bool, True),
+        (1, bool, False),
+        (3, int, True),
+        (True, int, False),
+        ("3", int, True),
+        (2.5, float, True),
+        (2, float, True),
+        (False, float, False),
+        ({"a": 1}, dict, True),
+        ("{}", dict[str, int], True),
+        ([1], dict, False),
+        ([1, 2], list[int], True),
+        ([1, "x"], list[int], True),  # "x": a string passes for a scalar (argparse converts)
+        ([1, [2]], list[int], False),
+        (5, list[int], False),
+        (_Color.RED, _Color, True),
+        ("red", _Color, True),
+        (3, _Color, False),
+        (object(), Path, True),  # a type it does not know: the dataclass decides
+        (None, int | None, True),
+        ("a", typing.Literal["a", "b"], True),
+        ("c", typing.Literal["a", "b"], False),
+    ],
+)
+def test_yaml_value_types_against_field_types(value, tp, ok):
+    from experiments.run.validation import _type_ok
+
+    assert _type_ok(value, tp) is ok
