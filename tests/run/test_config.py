@@ -593,6 +593,7 @@ class _Color(enum.Enum):
 @pytest.mark.parametrize(
     "value, tp, ok",
     [
+        (object(), typing.Any, True),
         ("x", str, True),
         (123, str, False),
         (None, type(None), True),
