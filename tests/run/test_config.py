@@ -627,3 +627,78 @@ def test_yaml_value_types_against_field_types(value, tp, ok):
     from experiments.run.validation import _type_ok
 
     assert _type_ok(value, tp) is ok
+
+
+def test_config_flag_at_the_end_and_without_a_path():
+    from experiments.run.argv import split_config_argv
+
+    assert split_config_argv(["--lr", "1", "--config", "c.yaml"]) == ("c.yaml", ["--lr", "1"])
+    with pytest.raises(ConfigError, match="^config: --config needs a path$"):
+        split_config_argv(["--lr", "1", "--config"])
+
+
+def test_the_experiment_defaults_are_the_documented_ones():
+    # What a run gets when its config is silent (README, "Configuration"): a change here changes results.
+    exp = ExperimentArgs()
+    assert {
+        "n_train": exp.n_train,
+        "n_eval": exp.n_eval,
+        "reward_memory_mb": exp.reward_memory_mb,
+        "eval_ks": exp.eval_ks,
+        "eval_temperature": exp.eval_temperature,
+        "eval_max_new_tokens": exp.eval_max_new_tokens,
+        "eval_batch_size": exp.eval_batch_size,
+        "lora_r": exp.lora_r,
+        "num_threads": exp.num_threads,
+    } == {
+        "n_train": 50,
+        "n_eval": 30,
+        "reward_memory_mb": 1024,
+        "eval_ks": [1, 5],
+        "eval_temperature": 0.7,
+        "eval_max_new_tokens": 256,
+        "eval_batch_size": 8,
+        "lora_r": 16,
+        "num_threads": 1,
+    }
+
+
+def test_run_json_keeps_the_trainer_configs_public_keys_only(tmp_path: Path, no_model_loads: None) -> None:
+    from experiments.run.config import to_dict
+
+    exp, cfg = parse_config([write(tmp_path, CPU + "method: grpo\n")])
+    out = to_dict(exp, cfg)
+    assert out["learning_rate"] == cfg.learning_rate and out["n_train"] == exp.n_train
+    assert not [k for k in out if k.startswith("_")]
+
+
+def test_a_world_size_of_zero_counts_as_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from experiments.run.validation import _world_size
+
+    for value, want in (("0", 1), ("", 1), ("4", 4)):
+        monkeypatch.setenv("WORLD_SIZE", value)
+        assert _world_size() == want
+
+
+@pytest.mark.parametrize("files, shown", [(3, "a, b, c"), (4, "a, b, c, ...")])
+def test_an_occupied_output_dir_shows_three_of_its_files(
+    tmp_path: Path, no_model_loads: None, files, shown
+) -> None:
+    from experiments.run.validation import check_output_dir
+
+    out = tmp_path / "run"
+    exp, cfg = parse_config(
+        [str(shipped_configs("demo.yaml")[0]), "--method", "grpo", "--output_dir", str(out)]
+    )
+    out.mkdir()
+    for name in "abcd"[:files]:
+        (out / name).write_text("")
+    with pytest.raises(ConfigError, match=rf"already holds files \({shown.replace('.', '[.]')}\) of a run"):
+        check_output_dir(exp, cfg)
+
+
+def test_a_wrongly_typed_value_names_its_fields_type():
+    from experiments.run.validation import check_types
+
+    with pytest.raises(ConfigError, match=r"^n_train: \[1\] \(from cfg\.yaml\) is not a valid int$"):
+        check_types({"n_train": [1]}, (ExperimentArgs,), "cfg.yaml")
