@@ -611,6 +611,7 @@ class _Color(enum.Enum):
         ("{}", dict[str, int], True),
         ([1], dict, False),
         ([1, 2], list[int], True),
+        ("[1, 5]", list[int], True),  # a string for a list: argparse converts it
         ([1, "x"], list[int], True),  # "x": a string passes for a scalar (argparse converts)
         ([1, [2]], list[int], False),
         (5, list[int], False),
