@@ -465,6 +465,17 @@ def _reinforce_args(**kw) -> SimpleNamespace:
     return SimpleNamespace(**(base | kw))
 
 
+def _reinforce_rollout(rewards_per_func: torch.Tensor = REWARDS_PER_FUNC, **args) -> ReinforceTrainer:
+    """A REINFORCE trainer over the four completions in groups of two, for the rollout seam."""
+    return _fabricated(
+        ReinforceTrainer,
+        num_generations=2,
+        num_generations_eval=2,
+        args=_reinforce_args(**args),
+        _last_rewards_per_func=rewards_per_func.clone(),
+    )
+
+
 def _hand_reinforce(rewards: list[float], baseline: str, normalize: bool, group: int) -> list[float]:
     valid = [i for i, r in enumerate(rewards) if not math.isnan(r)]
     if baseline == "none":
@@ -548,13 +559,7 @@ def test_reinforce_kl_penalty_reads_the_recorded_logps_else_a_forward_pass(
     del batch["old_per_token_logps"]
     _rollout(monkeypatch, batch)
     calls = []
-    trainer = _fabricated(
-        ReinforceTrainer,
-        num_generations=2,
-        num_generations_eval=2,
-        args=_reinforce_args(kl_coef=0.5, baseline="none"),
-        _last_rewards_per_func=REWARDS_PER_FUNC.clone(),
-    )
+    trainer = _reinforce_rollout(kl_coef=0.5, baseline="none")
     if recorded:
         trainer._sampling_recorder = SimpleNamespace(per_token_logps=lambda ids, mask: OLD.clone())
     trainer._policy_logps = lambda out, mode: calls.append(mode) or OLD.clone()
@@ -657,13 +662,7 @@ def test_reinforce_rollout_metrics_with_few_scorable_completions_and_no_completi
     batch["completion_mask"] = torch.zeros_like(MASK4)
     _rollout(monkeypatch, batch)
     rewards_per_func = _only_scorable(scorable)
-    trainer = _fabricated(
-        ReinforceTrainer,
-        num_generations=2,
-        num_generations_eval=2,
-        args=_reinforce_args(kl_coef=0.3, baseline="none"),
-        _last_rewards_per_func=rewards_per_func,
-    )
+    trainer = _reinforce_rollout(rewards_per_func, kl_coef=0.3, baseline="none")
     out = trainer._generate_and_score_completions([{}] * 4)
     want = [SCALAR[i] if i in scorable else 0.0 for i in range(4)]
     assert out["advantages"].tolist() == pytest.approx(want)
@@ -679,13 +678,7 @@ def test_reinforce_kl_metric_of_a_single_completion_token(monkeypatch: pytest.Mo
     batch["completion_mask"] = torch.zeros_like(MASK4)
     batch["completion_mask"][1, 0] = 1
     _rollout(monkeypatch, batch)
-    trainer = _fabricated(
-        ReinforceTrainer,
-        num_generations=2,
-        num_generations_eval=2,
-        args=_reinforce_args(kl_coef=0.3, baseline="none"),
-        _last_rewards_per_func=REWARDS_PER_FUNC.clone(),
-    )
+    trainer = _reinforce_rollout(kl_coef=0.3, baseline="none")
     trainer._generate_and_score_completions([{}] * 4)
     assert trainer._metrics["train"]["kl"] == pytest.approx([float(OLD[1, 0] - REF[1, 0])])
 
