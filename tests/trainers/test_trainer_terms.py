@@ -1145,6 +1145,17 @@ def test_ppo_loss_on_policy_ratio_and_the_two_sides_of_the_clip_range(on_policy:
         assert metrics["ppo/clipfrac"] == [0.5] and metrics["ppo/approx_kl"] == pytest.approx([kl], rel=1e-5)
 
 
+def _zero_rollout(zeros: torch.Tensor) -> dict:
+    """A PPO minibatch of the four completions, every one scorable, with zero values, returns and advantages."""
+    return {
+        "completion_mask": MASK4.clone(),
+        "scorable": torch.ones(4, dtype=torch.bool),
+        "old_values": zeros,
+        "returns": zeros,
+        "advantages": zeros,
+    }
+
+
 def test_ppo_critic_warmup_trains_only_the_critic() -> None:
     values = torch.tensor([[0.5, 0.0, 0.0, 0.0]] * 4, requires_grad=True)
     zeros = torch.zeros(4, 4)
@@ -1157,13 +1168,7 @@ def test_ppo_critic_warmup_trains_only_the_critic() -> None:
         raise AssertionError("the policy's forward pass runs during the critic warm-up")
 
     trainer._completion_logps = no_policy
-    inputs = {
-        "completion_mask": MASK4.clone(),
-        "scorable": torch.ones(4, dtype=torch.bool),
-        "old_values": zeros,
-        "returns": zeros,
-        "advantages": zeros,
-    }
+    inputs = _zero_rollout(zeros)
     loss = trainer._compute_loss(None, inputs)
     # 0.5 * mean over the 10 tokens of V^2 (0.25 on the 4 first tokens), weighted 0.5, over 2 micro-steps.
     assert loss.item() == pytest.approx(0.5 * 0.5 * (4 * 0.25) / 10 / 2)
@@ -1193,13 +1198,7 @@ def test_ppo_critic_warmup_is_for_training_only_evaluation_scores_the_policy_too
     trainer._critic_values = lambda critic, batch, batch_size=None: zeros
     calls = []
     trainer._completion_logps = lambda model, inputs, compute_entropy=False: calls.append(1) or (zeros, zeros)
-    inputs = {
-        "completion_mask": MASK4.clone(),
-        "scorable": torch.ones(4, dtype=torch.bool),
-        "old_values": zeros,
-        "returns": zeros,
-        "advantages": zeros,
-    }
+    inputs = _zero_rollout(zeros)
     trainer._compute_loss(None, inputs)
     assert calls == [1] and trainer._metrics["eval"]["ppo/critic_warmup"] == [0.0]
 
