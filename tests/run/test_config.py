@@ -6,6 +6,7 @@ Nothing here loads a model: `no_model_loads` makes any attempt fail the test.
 from __future__ import annotations
 
 import enum
+import os
 import typing
 from pathlib import Path
 
@@ -323,6 +324,8 @@ def test_compare_overrides_go_to_the_methods_that_have_them(no_model_loads: None
         ["--bogus", "1"],
         [],
     )  # parse_config rejects it by name
+    # `--key=value` is one word whose key is before the `=`; a stray value before any flag is kept for the parser.
+    assert overrides_for("grpo", ["stray", "--lam=0.9", "--seed=3"]) == (["stray", "--seed=3"], ["lam"])
 
 
 def test_sharded_launch_refuses_evaluation_during_training(
@@ -574,6 +577,9 @@ def test_too_few_prompts_for_one_generation_batch_say_how_many_it_needs(
         ({"ACCELERATE_USE_DEEPSPEED": "TRUE", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}, True),
         ({"ACCELERATE_USE_DEEPSPEED": "true", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "2"}, False),
         ({"ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}, False),  # a stage without DeepSpeed in use
+        # Accelerator builds its FSDP plugin only for "true" (any case): another truthy word does not shard.
+        ({"ACCELERATE_USE_FSDP": "yes"}, False),
+        ({"ACCELERATE_USE_FSDP": "false"}, False),
     ],
 )
 def test_sharded_weights_read_from_the_launchers_environment(monkeypatch: pytest.MonkeyPatch, env, sharded):
@@ -639,28 +645,48 @@ def test_config_flag_at_the_end_and_without_a_path():
 
 
 def test_the_experiment_defaults_are_the_documented_ones():
-    # What a run gets when its config is silent (README, "Configuration"): a change here changes results.
+    # What a run gets when its config is silent (docs/seed-fidelity.md cites the split and sampling ones): a
+    # change to any of them changes results or what a run writes, so each is stated here.
+    import dataclasses
+
     exp = ExperimentArgs()
-    assert {
-        "n_train": exp.n_train,
-        "n_eval": exp.n_eval,
-        "reward_memory_mb": exp.reward_memory_mb,
-        "eval_ks": exp.eval_ks,
-        "eval_temperature": exp.eval_temperature,
-        "eval_max_new_tokens": exp.eval_max_new_tokens,
-        "eval_batch_size": exp.eval_batch_size,
-        "lora_r": exp.lora_r,
-        "num_threads": exp.num_threads,
-    } == {
+    assert {f.name: getattr(exp, f.name) for f in dataclasses.fields(exp) if f.init} == {
+        "method": None,
+        "model": "tiny",
+        "dataset": "humaneval",
         "n_train": 50,
         "n_eval": 30,
+        "split_seed": 0,
+        "style": "completion",
+        "system_prompt": None,
+        "warm_start_steps": 0,
+        "budget_prompts": 0,
+        "prompts_per_epoch": 0,
+        "model_generation_config": False,
+        "reward_funcs": ["unit_test"],
+        "reward_timeout": 3.0,
         "reward_memory_mb": 1024,
+        "reward_stdio_tests": "hidden",
+        "eval_n": 5,
         "eval_ks": [1, 5],
         "eval_temperature": 0.7,
+        "eval_top_p": 0.9,
         "eval_max_new_tokens": 256,
+        "eval_greedy": True,
         "eval_batch_size": 8,
+        "eval_processes": 1,
+        "eval_every_n_steps": 0,
+        "eval_before": True,
+        "eval_after": True,
+        "use_peft": False,
         "lora_r": 16,
+        "lora_alpha": 32,
+        "lora_dropout": 0.05,
+        "lora_target_modules": None,
+        "resume": False,
+        "overwrite": False,
         "num_threads": 1,
+        "save_model": True,
     }
 
 
@@ -703,3 +729,47 @@ def test_a_wrongly_typed_value_names_its_fields_type():
 
     with pytest.raises(ConfigError, match=r"^n_train: \[1\] \(from cfg\.yaml\) is not a valid int$"):
         check_types({"n_train": [1]}, (ExperimentArgs,), "cfg.yaml")
+
+
+def test_an_env_mapping_is_exported_before_anything_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_model_loads: None
+) -> None:
+    monkeypatch.delenv("PASSK_TEST_ENV_VALUE", raising=False)
+    parse_config([write(tmp_path, CPU + "method: grpo\nenv:\n  PASSK_TEST_ENV_VALUE: 7\n")])
+    assert os.environ["PASSK_TEST_ENV_VALUE"] == "7"
+    monkeypatch.delenv("PASSK_TEST_ENV_VALUE")
+    with pytest.raises(ConfigError, match="^env: must be a mapping of environment variables$"):
+        parse_config([write(tmp_path, CPU + "method: grpo\nenv: [PASSK_TEST_ENV_VALUE]\n")])
+
+
+def test_a_budget_file_names_the_owners_of_its_first_method_hyperparameter(
+    tmp_path: Path, no_model_loads: None
+) -> None:
+    text = "model: tiny\nnum_generations: 2\nper_device_train_batch_size: 2\nlam: 0.9\nbeta: 0.1\n" + CPU
+    with pytest.raises(ConfigError, match=r"^lam: a hyperparameter of ppo \(METHODS\)"):
+        parse_config([write(tmp_path, text), "--method", "grpo"])
+
+
+def test_an_abbreviated_flag_is_an_unknown_option_not_a_prefix_match(
+    tmp_path: Path, no_model_loads: None
+) -> None:
+    # argparse would read --n_trai as --n_train; a typo must fail by name instead of setting another key.
+    with pytest.raises(ConfigError, match="^n_trai: unknown option '--n_trai'; did you mean 'n_train'"):
+        parse_config([write(tmp_path, CPU + "method: grpo\n"), "--n_trai", "7"])
+
+
+def test_an_unknown_option_with_its_value_after_an_equals_sign_names_the_key(
+    tmp_path: Path, no_model_loads: None
+) -> None:
+    with pytest.raises(ConfigError, match="^bogus_key: unknown option '--bogus_key=3'$"):
+        parse_config([write(tmp_path, CPU + "method: grpo\n"), "--bogus_key=3"])
+
+
+@pytest.mark.parametrize("flags", [["--bf16", "true"], ["--bf16=true"]])
+def test_a_check_keeps_the_device_flags_asked_for_in_either_form(
+    tmp_path: Path, no_model_loads: None, flags: list[str]
+) -> None:
+    # `passk train --check` parses for the CPU, then sets back what the command line asked for.
+    text = "method: grpo\nnum_generations: 2\nper_device_train_batch_size: 2\n"
+    _, cfg = parse_config([write(tmp_path, text), "--use_cpu", "false", *flags], device_free=True)
+    assert cfg.bf16 is True and cfg.use_cpu is False and cfg.fp16 is False

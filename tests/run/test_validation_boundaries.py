@@ -65,6 +65,7 @@ EXP_BOUNDARIES = [
     ("eval_top_p", {"eval_top_p": 1.0}, {"eval_top_p": 1.0001}),
     ("eval_top_p", {"eval_top_p": 1e-6}, {"eval_top_p": 0.0}),
     ("reward_timeout", {"reward_timeout": 1e-3}, {"reward_timeout": 0.0}),
+    ("reward_timeout", {"reward_timeout": 3.0}, {"reward_timeout": -1.0}),  # below zero too, not only at it
     ("reward_funcs", {"reward_funcs": ["unit_test"]}, {"reward_funcs": []}),
     ("reward_funcs", {"reward_funcs": ["my_module.reward"]}, {"reward_funcs": ["no_such_reward"]}),
     (
@@ -76,6 +77,11 @@ EXP_BOUNDARIES = [
         "lora_r",
         {"use_peft": True, "lora_r": 1, "lora_alpha": 1},
         {"use_peft": True, "lora_r": 1, "lora_alpha": 0},
+    ),
+    (  # the common LoRA shape, not only the edge: any rank and alpha from 1 up
+        "lora_r",
+        {"use_peft": True, "lora_r": 16, "lora_alpha": 32},
+        {"use_peft": True, "lora_r": 0, "lora_alpha": 32},
     ),
     ("lora_dropout", {"lora_dropout": 0.0}, {"lora_dropout": -0.01}),
     ("lora_dropout", {"lora_dropout": 0.99}, {"lora_dropout": 1.0}),
@@ -93,6 +99,14 @@ def test_each_rule_on_both_sides_of_its_boundary(parsed, key: str, ok: dict, bad
     cfg_fields = bad.pop("_cfg", None)
     with pytest.raises(ConfigError, match=rf"^{key}:"):
         _check(parsed, cfg_fields=cfg_fields, **bad)
+
+
+def test_a_local_task_file_has_no_warm_start(parsed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("tasks.jsonl").write_text("")  # a relative name, as a config gives it
+    _check(parsed, dataset="tasks.jsonl")
+    with pytest.raises(ConfigError, match=r"^warm_start_steps: only the learnable task"):
+        _check(parsed, dataset="tasks.jsonl", warm_start_steps=5)
 
 
 def test_the_cpu_rule_on_both_sides(parsed) -> None:
