@@ -326,6 +326,9 @@ def test_compare_overrides_go_to_the_methods_that_have_them(no_model_loads: None
     )  # parse_config rejects it by name
     # `--key=value` is one word whose key is before the `=`; a stray value before any flag is kept for the parser.
     assert overrides_for("grpo", ["stray", "--lam=0.9", "--seed=3"]) == (["stray", "--seed=3"], ["lam"])
+    # A one-letter key is a flag and ends the skipped one's values; a bare `--` is not a flag (as in flag_keys).
+    assert overrides_for("grpo", ["--lam", "0.9", "--k", "2"]) == (["--k", "2"], ["lam"])
+    assert overrides_for("grpo", ["--lam", "0.9", "--", "--seed", "3"]) == (["--seed", "3"], ["lam"])
 
 
 def test_sharded_launch_refuses_evaluation_during_training(
@@ -580,6 +583,7 @@ def test_too_few_prompts_for_one_generation_batch_say_how_many_it_needs(
         # Accelerator builds its FSDP plugin only for "true" (any case): another truthy word does not shard.
         ({"ACCELERATE_USE_FSDP": "yes"}, False),
         ({"ACCELERATE_USE_FSDP": "false"}, False),
+        ({"ACCELERATE_USE_DEEPSPEED": "yes", "ACCELERATE_DEEPSPEED_ZERO_STAGE": "3"}, False),
     ],
 )
 def test_sharded_weights_read_from_the_launchers_environment(monkeypatch: pytest.MonkeyPatch, env, sharded):
@@ -724,6 +728,20 @@ def test_an_occupied_output_dir_shows_three_of_its_files(
         check_output_dir(exp, cfg)
 
 
+def test_a_class_whose_annotations_do_not_resolve_is_left_to_argparse():
+    import dataclasses
+
+    from experiments.run.validation import check_types
+
+    @dataclasses.dataclass
+    class Unresolvable:
+        size: NoSuchType = None  # noqa: F821 - the annotation names nothing importable
+
+    check_types({"size": [1, 2]}, (Unresolvable,), "cfg.yaml")  # no hint, no check
+    with pytest.raises(ConfigError, match=r"^n_train: \[1\] \(from cfg\.yaml\)"):
+        check_types({"size": [1, 2], "n_train": [1]}, (Unresolvable, ExperimentArgs), "cfg.yaml")
+
+
 def test_a_wrongly_typed_value_names_its_fields_type():
     from experiments.run.validation import check_types
 
@@ -773,3 +791,75 @@ def test_a_check_keeps_the_device_flags_asked_for_in_either_form(
     text = "method: grpo\nnum_generations: 2\nper_device_train_batch_size: 2\n"
     _, cfg = parse_config([write(tmp_path, text), "--use_cpu", "false", *flags], device_free=True)
     assert cfg.bf16 is True and cfg.use_cpu is False and cfg.fp16 is False
+
+
+def test_of_several_misspelt_keys_the_first_gets_the_suggestion(tmp_path: Path, no_model_loads: None) -> None:
+    with pytest.raises(ConfigError, match="^n_trian: unknown key in .*; did you mean 'n_train'[?]$"):
+        parse_config([write(tmp_path, CPU + "method: grpo\nn_trian: 5\nlearnin_rate: 0.1\n")])
+
+
+def test_a_stray_value_on_the_command_line_is_named(tmp_path: Path, no_model_loads: None) -> None:
+    with pytest.raises(ConfigError, match="^stray: unknown option 'stray'$"):
+        parse_config([write(tmp_path, CPU + "method: grpo\n"), "--n_train", "5", "stray"])
+
+
+def test_a_config_class_error_naming_two_keys_is_put_under_the_first(
+    tmp_path: Path, no_model_loads: None
+) -> None:
+    args = ["--generation_batch_size", "4", "--steps_per_generation", "2"]
+    with pytest.raises(
+        ConfigError, match="^generation_batch_size: 'generation_batch_size' and 'steps_per_gen"
+    ):
+        parse_config([write(tmp_path, CPU + "method: grpo\nnum_generations: 2\n"), *args])
+
+
+def test_a_yaml_error_without_a_problem_gives_its_first_line(tmp_path: Path) -> None:
+    # A reader error (a control character) carries no `problem`: its message's first line says what is wrong.
+    with pytest.raises(
+        ConfigError, match="not valid YAML: unacceptable character #x0001: special characters"
+    ):
+        parse_config([write(tmp_path, "method: grpo\nmodel: a\x01\n")])
+
+
+def test_without_check_the_config_class_is_built_for_this_machine(
+    tmp_path: Path, no_model_loads: None
+) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("the bf16 refusal is what a machine without a GPU says")
+    text = (
+        "method: grpo\nnum_generations: 2\nper_device_train_batch_size: 2\n"  # TRL's bf16 default, no use_cpu
+    )
+    with pytest.raises(ConfigError, match="^bf16: Your setup doesn't support bf16/gpu.*use_cpu: true"):
+        parse_config([write(tmp_path, text)])
+
+
+def test_a_check_builds_the_config_class_for_the_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_model_loads: None
+) -> None:
+    """--check must not touch an accelerator: the class's __post_init__ (which sets up the device) sees a CPU
+    config, whatever the file asks for; the values asked for are set back afterwards."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from trl import GRPOConfig
+
+    import experiments.run.argv as argv
+
+    seen: list[tuple] = []
+
+    @dataclasses.dataclass
+    class Recording(GRPOConfig):
+        def __post_init__(self) -> None:
+            seen.append((self.use_cpu, self.bf16, self.fp16))
+            super().__post_init__()
+
+    spec = argv.method_spec("grpo")
+    monkeypatch.setattr(
+        argv, "method_spec", lambda name: SimpleNamespace(config_cls=Recording, defaults=spec.defaults)
+    )
+    text = "method: grpo\nnum_generations: 2\nper_device_train_batch_size: 2\nuse_cpu: false\nbf16: true\n"
+    _, cfg = parse_config([write(tmp_path, text)], device_free=True)
+    assert seen == [(True, False, False)]
+    assert (cfg.use_cpu, cfg.bf16, cfg.fp16) == (False, True, False)

@@ -62,6 +62,7 @@ EXP_BOUNDARIES = [
     ("eval_ks", {"eval_ks": [1, 5]}, {"eval_ks": [1, 0]}),  # every k, not only the first
     ("eval_ks", {"eval_ks": [1]}, {"eval_ks": []}),
     ("eval_temperature", {"eval_temperature": 1e-6}, {"eval_temperature": 0.0}),
+    ("eval_temperature", {"eval_temperature": 0.7}, {"eval_temperature": -0.7}),
     ("eval_top_p", {"eval_top_p": 1.0}, {"eval_top_p": 1.0001}),
     ("eval_top_p", {"eval_top_p": 1e-6}, {"eval_top_p": 0.0}),
     ("reward_timeout", {"reward_timeout": 1e-3}, {"reward_timeout": 0.0}),
@@ -85,6 +86,7 @@ EXP_BOUNDARIES = [
     ),
     ("lora_dropout", {"lora_dropout": 0.0}, {"lora_dropout": -0.01}),
     ("lora_dropout", {"lora_dropout": 0.99}, {"lora_dropout": 1.0}),
+    ("lora_dropout", {"lora_dropout": 0.05}, {"lora_dropout": 1.5}),  # above 1, not only at it
     ("warm_start_steps", {"dataset": "learnable", "warm_start_steps": 5}, {"warm_start_steps": 5}),
     ("resume", {"resume": True}, {"resume": True, "_cfg": {"resume_from_checkpoint": "x"}}),
 ]
@@ -130,6 +132,9 @@ def test_max_steps_or_epochs(parsed) -> None:
     _check(parsed, cfg_fields={"max_steps": 0, "num_train_epochs": 0.5})
     with pytest.raises(ConfigError, match=r"^max_steps:"):
         _check(parsed, cfg_fields={"max_steps": 0, "num_train_epochs": 0})
+    # -1 is TrainingArguments' own "not set" for max_steps: no more a step count than 0 is.
+    with pytest.raises(ConfigError, match=r"^max_steps:"):
+        _check(parsed, cfg_fields={"max_steps": -1, "num_train_epochs": 0})
 
 
 # ---- the generation batch: group size, prompts, processes -------------------------------------------------
