@@ -82,6 +82,7 @@ def test_yaml_values_and_cli_overrides(tmp_path: Path, no_model_loads: None) -> 
     assert cfg.num_generations == 2 and cfg.per_device_train_batch_size == 4  # YAML beats the class default
     assert exp.eval_n == 2 and exp.model == "tiny"
     assert cfg.report_to == ["tensorboard"]  # passk's default: local TensorBoard
+    assert cfg.logging_steps == 1 and cfg.output_dir == "runs/grpo"  # per-step curves, one folder per method
     # TRL's own spelling works too.
     exp2, _ = parse_config(["--config", cfg_file, "--n_train", "7"])
     assert exp2.n_train == 7
@@ -764,7 +765,9 @@ def test_a_budget_file_names_the_owners_of_its_first_method_hyperparameter(
     tmp_path: Path, no_model_loads: None
 ) -> None:
     text = "model: tiny\nnum_generations: 2\nper_device_train_batch_size: 2\nlam: 0.9\nbeta: 0.1\n" + CPU
-    with pytest.raises(ConfigError, match=r"^lam: a hyperparameter of ppo \(METHODS\)"):
+    with pytest.raises(
+        ConfigError, match=r"^lam: a hyperparameter of ppo \(METHODS\).*; pass --lam for one run"
+    ):
         parse_config([write(tmp_path, text), "--method", "grpo"])
 
 
@@ -800,7 +803,7 @@ def test_of_several_misspelt_keys_the_first_gets_the_suggestion(tmp_path: Path, 
 
 def test_a_stray_value_on_the_command_line_is_named(tmp_path: Path, no_model_loads: None) -> None:
     with pytest.raises(ConfigError, match="^stray: unknown option 'stray'$"):
-        parse_config([write(tmp_path, CPU + "method: grpo\n"), "--n_train", "5", "stray"])
+        parse_config([write(tmp_path, CPU + "method: grpo\n"), "--n_train", "5", "stray", "other"])
 
 
 def test_a_config_class_error_naming_two_keys_is_put_under_the_first(
@@ -835,6 +838,16 @@ def test_without_check_the_config_class_is_built_for_this_machine(
         parse_config([write(tmp_path, text)])
 
 
+def test_a_check_gives_trls_bf16_default_unless_fp16_is_asked_for(
+    tmp_path: Path, no_model_loads: None
+) -> None:
+    path = write(tmp_path, "method: grpo\nnum_generations: 2\nper_device_train_batch_size: 2\n")
+    _, cfg = parse_config([path], device_free=True)
+    assert (cfg.bf16, cfg.fp16) == (True, False)
+    _, cfg = parse_config([path, "--fp16", "true"], device_free=True)
+    assert (cfg.bf16, cfg.fp16) == (False, True)
+
+
 def test_a_check_builds_the_config_class_for_the_cpu(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_model_loads: None
 ) -> None:
@@ -863,3 +876,49 @@ def test_a_check_builds_the_config_class_for_the_cpu(
     _, cfg = parse_config([write(tmp_path, text)], device_free=True)
     assert seen == [(True, False, False)]
     assert (cfg.use_cpu, cfg.bf16, cfg.fp16) == (False, True, False)
+
+
+def test_parse_configs_options_are_keywords(tmp_path: Path, no_model_loads: None) -> None:
+    path = write(tmp_path, CPU + "method: grpo\n")
+    assert parse_config(argv=[path])[0].method == "grpo"
+    with pytest.raises(TypeError):
+        parse_config([path], path)  # a second path would read as `config`, silently replacing the first
+
+
+def test_values_holding_an_equals_sign_are_kept_whole() -> None:
+    from experiments.run.argv import cli_value, split_config_argv
+
+    assert cli_value(["--system_prompt=x=1 is an assignment"], "system_prompt") == "x=1 is an assignment"
+    assert split_config_argv(["--config=runs/lr=1e-5.yaml", "--n_train", "5"]) == (
+        "runs/lr=1e-5.yaml",
+        ["--n_train", "5"],
+    )
+
+
+def test_a_config_class_error_gives_its_first_line() -> None:
+    from experiments.run.argv import _one_line
+
+    error = ValueError("max_steps must be positive\nsee the documentation for details")
+    assert (
+        _one_line(error, ["max_steps"]) == "max_steps: max_steps must be positive"
+    )  # put under the key it names
+    assert _one_line(ValueError("")) == "ValueError"
+
+
+def test_run_json_never_holds_a_hub_token(tmp_path: Path, no_model_loads: None) -> None:
+    import json
+
+    from experiments.run.config import to_dict
+
+    exp, cfg = parse_config([write(tmp_path, CPU + "method: grpo\n")])
+    cfg.hub_token = "hf_not_for_the_record"
+    out = to_dict(exp, cfg)
+    assert "hf_not_for_the_record" not in json.dumps(out) and out["hub_token"] == "<HUB_TOKEN>"
+
+
+def test_of_several_sampling_keys_the_model_owns_the_first_is_named(
+    tmp_path: Path, no_model_loads: None
+) -> None:
+    args = ["--repetition_penalty", "1.1", "--top_k", "5"]
+    with pytest.raises(ConfigError, match="^top_k: model_generation_config takes it"):
+        parse_config([write(tmp_path, CPU + "method: grpo\nmodel_generation_config: true\n"), *args])

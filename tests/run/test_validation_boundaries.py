@@ -65,6 +65,7 @@ EXP_BOUNDARIES = [
     ("eval_temperature", {"eval_temperature": 0.7}, {"eval_temperature": -0.7}),
     ("eval_top_p", {"eval_top_p": 1.0}, {"eval_top_p": 1.0001}),
     ("eval_top_p", {"eval_top_p": 1e-6}, {"eval_top_p": 0.0}),
+    ("eval_top_p", {"eval_top_p": 0.9}, {"eval_top_p": -0.9}),
     ("reward_timeout", {"reward_timeout": 1e-3}, {"reward_timeout": 0.0}),
     ("reward_timeout", {"reward_timeout": 3.0}, {"reward_timeout": -1.0}),  # below zero too, not only at it
     ("reward_funcs", {"reward_funcs": ["unit_test"]}, {"reward_funcs": []}),
@@ -292,3 +293,10 @@ def test_eval_ks_error_names_the_first_k_out_of_range(parsed) -> None:
         _check(parsed, eval_ks=[1, 0, 9])
     with pytest.raises(ConfigError, match=r"^eval_ks: k=6 is outside"):
         _check(parsed, eval_ks=[6, 0])
+
+
+def test_the_world_size_is_a_keyword(parsed) -> None:
+    exp, cfg = copy.deepcopy(parsed)
+    validate(exp=exp, cfg=cfg, world_size=1)
+    with pytest.raises(TypeError):
+        validate(exp, cfg, 1)  # a bare number after the configs says nothing about what it is
