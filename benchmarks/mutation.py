@@ -163,6 +163,13 @@ TARGETS: dict[str, dict] = {
         # The real models' conversion (3-4 min, marked slow) is left to CI; the rest cover every parsing rule.
         "pytest_args": ["-m", "not slow"],
     },
+    # The rewards package's own code besides code_rewards and extraction: the health metrics and the re-exports.
+    "reward_metrics": {
+        "paths": ["rewards/metrics.py", "rewards/__init__.py"],
+        "definitions": None,
+        "before": [],
+        "after": ["tests/rewards/test_reward_metrics.py"],
+    },
     "argv_validation": {
         "paths": ["experiments/run/argv.py", "experiments/run/validation.py", "experiments/run/config.py"],
         "definitions": None,
