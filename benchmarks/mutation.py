@@ -272,8 +272,10 @@ def _forked_test(m, original: str, mutated: str | None, tree: Path, tests: list[
 
     if mutated is None:
         return WorkResult(worker_outcome=WorkerOutcome.NO_TEST)
+    first_failure = tree / ".mutation" / "first_failure"
+    first_failure.unlink(missing_ok=True)
     pid = os.fork()
-    if pid == 0:  # the child: run the tests, report by exit status only
+    if pid == 0:  # the child: run the tests, report by exit status and the first failing test's id
         rc = 1
         try:
             os.chdir(tree)
@@ -282,8 +284,13 @@ def _forked_test(m, original: str, mutated: str | None, tree: Path, tests: list[
             os.dup2(devnull, 2)
             import pytest
 
+            class _FirstFailure:
+                def pytest_runtest_logreport(self, report) -> None:
+                    if report.failed and not first_failure.exists():
+                        first_failure.write_text(report.nodeid)
+
             args = ["-x", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--assert=plain", *tests]
-            rc = int(pytest.main(args))
+            rc = int(pytest.main(args, plugins=[_FirstFailure()]))
         finally:
             os._exit(rc)
     deadline = time.time() + timeout
@@ -299,8 +306,12 @@ def _forked_test(m, original: str, mutated: str | None, tree: Path, tests: list[
     rc = os.waitstatus_to_exitcode(status)
     diff = "\n".join(_make_diff(original, mutated, Path(m.module_path)))
     outcome = TestOutcome.SURVIVED if rc == 0 else TestOutcome.KILLED
+    killer = first_failure.read_text() if first_failure.exists() else ""
     return WorkResult(
-        output=f"exit {rc}", diff=diff, test_outcome=outcome, worker_outcome=WorkerOutcome.NORMAL
+        output=f"exit {rc}" + (f"; killed by {killer}" if killer else ""),
+        diff=diff,
+        test_outcome=outcome,
+        worker_outcome=WorkerOutcome.NORMAL,
     )
 
 
@@ -359,6 +370,7 @@ def run_module(
     k, n = part  # part k of n: every n-th of the chosen keys in sorted order, from the k-th
     chosen = set(sorted(chosen)[k - 1 :: n])
     survivors, killed, timeouts, n_run, incompetent = [], 0, 0, 0, []
+    killed_by: dict[str, str] = {}  # --fork: each killed mutant's first failing test
     t0 = time.time()
     for path, r in results.items():
         keep = {item.job_id for k, item in r["candidates"] if k in chosen}
@@ -414,6 +426,8 @@ def run_module(
                     survivors.append(survivor)
                 else:
                     killed += 1
+                    if "; killed by " in (result.output or ""):
+                        killed_by[spec_key(m)] = result.output.split("; killed by ", 1)[1]
     n_equivalent = sum(1 for s in survivors if "equivalent" in s)
     return {
         "part": f"{k}/{n}",
@@ -430,6 +444,7 @@ def run_module(
         "definitions": target["definitions"],
         "seconds": round(time.time() - t0, 1),
         "survivors": sorted(survivors, key=lambda s: s["key"]),
+        "killed_by": dict(sorted(killed_by.items())),
     }
 
 

@@ -17,7 +17,12 @@ def _ex(reason: str = "ok", cut: bool = False) -> Extraction:
 
 
 def test_a_mixed_batch_gives_each_fraction_over_every_completion() -> None:
-    texts = ["a", "bbb", "cc", "dddddd"]  # 12 characters over 4 completions
+    texts = [
+        "a",
+        "bbb",
+        "cc",
+        "ddddddd",
+    ]  # 13 characters over 4 completions: a mean that is not a whole number
     results = [
         Result.of("passed"),
         Result.of("runtime_error", flags=("early_exit",)),  # a forged exit, caught
@@ -38,7 +43,7 @@ def test_a_mixed_batch_gives_each_fraction_over_every_completion() -> None:
             "unit_test/forged_exit_frac": 0.25,
             "unit_test/flagged_frac": 0.5,
             "unit_test/no_test_frac": 0.25,
-            "unit_test/completion_chars": 3.0,
+            "unit_test/completion_chars": 3.25,
         }
     )
     assert out == want
@@ -60,6 +65,10 @@ def test_case_fractions_are_over_the_cases_of_the_rows_that_ran() -> None:
         "stdio/case_wrong_answer_frac": 0.2,
         "stdio/case_skipped_frac": 0.2,
     }
+    one = batch_metrics(
+        "stdio", ["x"], [_ex()], [Result.of("passed", cases=("passed",))], [False], with_cases=True
+    )
+    assert one["stdio/case_passed_frac"] == 1.0
     # No case ran at all: zeros, not a division by zero.
     none_ran = batch_metrics("stdio", ["x"], [_ex("empty")], [None], [False], with_cases=True)
     assert all(none_ran[f"stdio/case_{v}_frac"] == 0.0 for v in CASE_VERDICTS)
@@ -69,6 +78,11 @@ def test_without_execution_no_status_or_flag_is_logged() -> None:
     out = batch_metrics("format", ["ab"], [_ex()], [None], [False], with_execution=False)
     assert not [k for k in out if k.endswith(("flagged_frac", "forged_exit_frac")) or "passed" in k]
     assert out["format/completion_chars"] == 2.0 and not [k for k in out if "/case_" in k]
+
+
+def test_the_options_are_keywords() -> None:
+    with pytest.raises(TypeError):
+        batch_metrics("unit_test", ["x"], [_ex()], [None], [False], False)  # a bare bool says nothing
 
 
 def test_an_empty_batch_logs_every_name_as_zero() -> None:
