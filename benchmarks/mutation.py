@@ -48,7 +48,13 @@ TARGETS: dict[str, dict] = {
         "paths": ["experiments/trainers/estimators.py"],
         "definitions": None,
         "before": ["tests/trainers/test_estimators.py"],
-        "after": ["tests/trainers/test_estimator_properties.py"],
+        # PKPO's estimators and the terms' exact cases live beside the trainers' tests (both fast, no model).
+        "after": [
+            "tests/trainers/test_estimator_properties.py",
+            "tests/trainers/test_passk_objective.py",
+            "tests/trainers/test_trainer_terms.py",
+            "tests/trainers/test_estimator_edges.py",
+        ],
     },
     "evaluation": {
         "paths": ["experiments/evaluation/stats.py", "experiments/evaluation/evaluate.py"],
