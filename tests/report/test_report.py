@@ -329,6 +329,11 @@ def test_coinciding_curves_are_named_and_drawn_apart(tmp_path: Path) -> None:
         for key in ("entropy", "kl", "frac_reward_zero_std", "eval/pass@1"):
             if key in entry:
                 entry[key] += 0.001 * (i % 3 + 1)
+    third = _log_history(40, np.random.default_rng(2), kl=True, slope=0.3)
+    for i, entry in enumerate(third):
+        for key in ("entropy", "kl", "frac_reward_zero_std", "eval/pass@1"):
+            if key in entry:
+                entry[key] -= 0.002 * (i % 3 + 1)
     ev = _eval(AFTER_C, AFTER_G)
     dirs = [
         _write_run(tmp_path / "reinforce_rloo", "reinforce_rloo", 42, ev, ev, history),
@@ -343,6 +348,8 @@ def test_coinciding_curves_are_named_and_drawn_apart(tmp_path: Path) -> None:
             method_hparams={"beta": 0.0},
         ),
         _write_run(tmp_path / "grpo", "grpo", 42, ev, ev, other),
+        # a label that sorts after both coinciding ones: only the later-drawn of the pair is styled apart
+        _write_run(tmp_path / "vanilla_pg", "vanilla_pg", 42, ev, ev, third),
     ]
     md = write_report(dirs, tmp_path / "out")
     report = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -357,6 +364,7 @@ def test_coinciding_curves_are_named_and_drawn_apart(tmp_path: Path) -> None:
     assert set(curves) == {c[0] for c in CURVES}  # every curve, eval/pass@1 included
     series = {s["label"]: s for s in report["curves"]["reward"]["series"]}
     assert series["rloo"]["coincides_with"] == ["reinforce_rloo"] and "coincides_with" not in series["grpo"]
+    assert "coincides_with" not in series["vanilla_pg"]
     text = md.read_text()
     assert (
         "## Coinciding curves" in text
@@ -741,3 +749,130 @@ def test_evals_without_per_problem_rows_report_their_own_numbers(tmp_path: Path)
     assert pooled["seed_range"] == pytest.approx(
         sorted([a0["metrics"]["pass@1"]["value"], a1["metrics"]["pass@1"]["value"]])
     )
+
+
+# ---- the analysis at its edges (direct cases for each rule of experiments.report.analysis) --------------------
+
+
+def _runtime(text: str) -> str:
+    """`text` as a parser gives it: an equal string that is not the interned literal."""
+    return "".join(list(text))
+
+
+def _rows(correct: list[int], n: int = 1, tasks: list[str] | None = None, **extra: list) -> dict:
+    tasks = tasks or [f"T{i}" for i in range(len(correct))]
+    rows = [{"task_id": t, "n": n, "correct": c} for t, c in zip(tasks, correct)]
+    for key, values in extra.items():
+        for row, v in zip(rows, values):
+            row[key] = v
+    return {"problems": rows}
+
+
+def test_the_headline_k_is_the_largest_k_above_one_that_every_eval_reports() -> None:
+    from experiments.report.analysis import _headline_k
+
+    metrics = {"pass@1": {}, "pass@2": {}, "pass@5": {}}
+    assert _headline_k([{"metrics": metrics}, {"metrics": metrics}]) == 5
+    assert _headline_k([{"metrics": metrics}, {"metrics": {"pass@1": {}, "pass@2": {}}}]) == 2
+    assert _headline_k([{"metrics": {"pass@1": {}}}]) is None  # pass@1 is no headline k
+
+
+def test_the_first_sample_is_read_from_its_flag_or_else_its_own_reward() -> None:
+    from experiments.report.analysis import _first_passed
+
+    assert _first_passed({"first_sample_passed": False, "rewards": [1.0]}) == 0.0  # the flag wins
+    assert _first_passed({"first_sample_passed": True, "rewards": [0.0]}) == 1.0
+    assert _first_passed({"rewards": [1.0, 0.0]}) == 1.0  # the first reward, not the last
+    assert _first_passed({"rewards": [0.0, 1.0]}) == 0.0
+    assert _first_passed({"rewards": [0.5]}) == 0.0  # partial credit is not a pass
+    assert _first_passed({"rewards": []}) is None and _first_passed({}) is None
+
+
+def test_each_per_problem_metric_reads_its_own_column() -> None:
+    from experiments.report.analysis import _per_problem
+
+    ev = _rows([1, 0], greedy_passed=[True, False], mean_reward=[0.5, 0.25], entropy=[0.9, 0.8])
+    assert _per_problem(ev, "greedy_pass@1") == {"T0": 1.0, "T1": 0.0}
+    assert _per_problem(ev, "avg_reward") == {"T0": 0.5, "T1": 0.25}
+    assert _per_problem(ev, "entropy") == {"T0": 0.9, "T1": 0.8}
+    assert _per_problem(ev, _runtime("entropy")) == {"T0": 0.9, "T1": 0.8}
+    ev["problems"][0]["first_sample_passed"], ev["problems"][1]["first_sample_passed"] = False, True
+    assert _per_problem(ev, _runtime("first_sample_pass@1")) == {"T0": 0.0, "T1": 1.0}
+    for unknown in ("accuracy", "kl", "zzz_metric"):  # names before, between and after the known ones
+        assert _per_problem(ev, unknown) is None, unknown
+
+
+def test_evals_over_different_problems_give_no_matrix() -> None:
+    from experiments.report.analysis import _matrix
+
+    two = _rows([1, 0], tasks=["A", "B"])
+    assert _matrix([two, _rows([0], tasks=["A"])], "pass@1") is None  # a subset
+    assert _matrix([two, _rows([1, 1, 0], tasks=["A", "B", "C"])], "pass@1") is None  # a superset
+    tasks, mat = _matrix([two, _rows([0, 1], tasks=["A", "B"])], "pass@1")
+    assert tasks == ["A", "B"] and mat.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+
+
+def test_one_seed_has_no_seed_spread() -> None:
+    from experiments.report.analysis import _estimate
+
+    one = _estimate([_rows([1, 0, 1])], [0], "pass@1")
+    assert "seed_sd" not in one and "seed_range" not in one and one["n_seeds"] == 1
+    two = _estimate([_rows([1, 0, 1]), _rows([0, 0, 1])], [0, 1], "pass@1")
+    assert two["seed_range"] == [pytest.approx(1 / 3), pytest.approx(2 / 3)]
+
+
+def test_methods_are_compared_past_one_without_per_problem_rows_and_ordered_by_their_means() -> None:
+    from experiments.report.analysis import _comparison
+
+    thirty = [f"T{i}" for i in range(30)]
+    afters = {
+        "none": [{"metrics": {}}],  # no per-problem rows: skipped, and the others still compared
+        "low": [_rows([0] * 30, tasks=thirty)],
+        "high": [_rows([1] * 29 + [0], tasks=thirty)],
+        "top": [_rows([1] * 30, tasks=thirty)],
+    }
+    methods = [{"method": m} for m in afters]
+    result, skips = _comparison(methods, "pass@1", afters)
+    assert skips == ["between methods, pass@1: none has no per-problem pass@1 in every eval_after.json"]
+    pairs = [(p["better"], p["worse"], p["significant"]) for p in result["pairs"]]
+    # The better of each pair is the one with the higher mean; significant pairs first, larger deltas first.
+    assert pairs == [("top", "low", True), ("high", "low", True), ("top", "high", False)]
+    # top and high tie at rank 1 (no significant difference): the higher mean is listed first.
+    assert [(r["method"], r["rank"]) for r in result["ranking"]] == [("top", 1), ("high", 1), ("low", 3)]
+    alone, _ = _comparison(methods[:2], "pass@1", afters)  # one comparable method: nothing to compare
+    assert alone is None
+
+
+def test_a_single_method_report_has_no_comparison_and_no_from_start(tmp_path: Path) -> None:
+    before, after = _eval(BEFORE_C, BEFORE_G), _eval(AFTER_C, AFTER_G)
+    _write_run(tmp_path / "grpo-0", "grpo", 0, before, after, None)
+    report = build_report([tmp_path / "grpo-0"], tmp_path)
+    assert report["comparisons"] == {} and "from_start" not in report
+    assert not [s for s in report["skipped"] if "run.json missing" in s or "between methods" in s]
+    assert report["title"] == "passk: grpo"
+
+
+def test_a_single_method_without_per_problem_rows_is_not_compared_to_itself(tmp_path: Path) -> None:
+    before, after = _eval(BEFORE_C, BEFORE_G), _eval(AFTER_C, AFTER_G)
+    for ev in (before, after):
+        del ev["problems"]
+    _write_run(tmp_path / "grpo-0", "grpo", 0, before, after, None)
+    report = build_report([tmp_path / "grpo-0"], tmp_path)
+    assert report["methods"][0]["after"]["pass@1"]["value"] == round(after["metrics"]["pass@1"]["value"], 6)
+    assert not [s for s in report["skipped"] if "between methods" in s]
+
+
+def test_from_start_tests_pass_at_1_and_pass_at_n(tmp_path: Path) -> None:
+    before, after = _eval(BEFORE_C, BEFORE_G), _eval(AFTER_C, AFTER_G)
+    for method in ("grpo", "rloo"):
+        _write_run(tmp_path / f"{method}-0", method, 0, before, after, None)
+    report = build_report([tmp_path / "grpo-0", tmp_path / "rloo-0"], tmp_path)
+    assert {"greedy_pass@1", "pass@1", f"pass@{N}"} <= set(report["from_start"])
+
+
+def test_a_method_missing_one_seeds_eval_reports_no_pooled_value(tmp_path: Path) -> None:
+    before, after = _eval(BEFORE_C, BEFORE_G), _eval(AFTER_C, AFTER_G)
+    _write_run(tmp_path / "grpo-0", "grpo", 0, before, after, None)
+    _write_run(tmp_path / "grpo-1", "grpo", 1, before, None, None)  # its eval_after.json never came
+    entry = build_report([tmp_path / "grpo-0", tmp_path / "grpo-1"], tmp_path)["methods"][0]
+    assert entry["after"] == {} and entry["before"]["pass@1"]["n_seeds"] == 2
