@@ -868,6 +868,21 @@ def test_from_start_tests_pass_at_1_and_pass_at_n(tmp_path: Path) -> None:
         _write_run(tmp_path / f"{method}-0", method, 0, before, after, None)
     report = build_report([tmp_path / "grpo-0", tmp_path / "rloo-0"], tmp_path)
     assert {"greedy_pass@1", "pass@1", f"pass@{N}"} <= set(report["from_start"])
+    # n samples per problem above the headline k: pass@n (coverage) is tested from the start too.
+
+    def eval_k5(correct: list[int]) -> dict:  # 8 samples a problem, pass@1 and pass@5 reported
+        problems = [
+            ProblemResult(f"task/{i}", 8, c, [1.0] * c + [0.0] * (8 - c), c > 4, "    return x\n", 0)
+            for i, c in enumerate(correct)
+        ]
+        passk, g, avg = summarize(problems, ks=(1, 5), seed=0)
+        return EvalResult(passk, g, avg, len(problems), 8, [1, 5], 1000, 10.0, 1.0, problems).to_dict()
+
+    before, after = eval_k5([2, 0, 8, 4] * 5), eval_k5([3, 1, 8, 4] * 5)
+    for method in ("grpo", "rloo"):
+        _write_run(tmp_path / "n8" / method, method, 0, before, after, None)
+    report = build_report([tmp_path / "n8" / "grpo", tmp_path / "n8" / "rloo"], tmp_path)
+    assert report["headline_k"] == 5 and {"pass@5", "pass@8"} <= set(report["from_start"])
 
 
 def test_a_method_missing_one_seeds_eval_reports_no_pooled_value(tmp_path: Path) -> None:
