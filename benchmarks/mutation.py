@@ -48,7 +48,7 @@ TARGETS: dict[str, dict] = {
         "paths": ["experiments/trainers/estimators.py"],
         "definitions": None,
         "before": ["tests/trainers/test_estimators.py"],
-        # PKPO's estimators and the terms' exact cases live beside the trainers' tests (both fast, no model).
+        # PKPO's estimators, the terms' exact cases and the edges live beside the trainers' tests (fast, no model).
         "after": [
             "tests/trainers/test_estimator_properties.py",
             "tests/trainers/test_passk_objective.py",
