@@ -335,9 +335,7 @@ def test_every_corruption_of_the_same_size_is_refused_whichever_way_its_digest_s
     above = next(x for x in flips if hashlib.sha256(x).hexdigest() > pin)
     for bad in (below, above):
         spec = _spec(BYTES)
-        for i, chunk in enumerate([a, bad, c], 1):
-            _install_wheel(site, i, chunk)
-        importlib.invalidate_caches()
+        _install(site, [a, bad, c])
         with pytest.raises(ModelError, match="part 2 of 3 .* is corrupt"):
             assemble_gguf(spec, tmp_path / "joined.gguf")
 

@@ -5,7 +5,9 @@ Nothing here loads a model: `no_model_loads` makes any attempt fail the test.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import json
 import os
 import typing
 from pathlib import Path
@@ -528,7 +530,6 @@ def test_another_methods_key_in_a_file_is_set_aside_not_applied(tmp_path: Path, 
 def test_a_config_class_sharing_keys_with_experiment_args_names_the_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_model_loads: None
 ) -> None:
-    import dataclasses
     from types import SimpleNamespace
 
     import experiments.run.argv as argv
@@ -652,7 +653,6 @@ def test_config_flag_at_the_end_and_without_a_path():
 def test_the_experiment_defaults_are_the_documented_ones():
     # What a run gets when its config is silent (docs/seed-fidelity.md cites the split and sampling ones): a
     # change to any of them changes results or what a run writes, so each is stated here.
-    import dataclasses
 
     exp = ExperimentArgs()
     assert {f.name: getattr(exp, f.name) for f in dataclasses.fields(exp) if f.init} == {
@@ -730,7 +730,6 @@ def test_an_occupied_output_dir_shows_three_of_its_files(
 
 
 def test_a_class_whose_annotations_do_not_resolve_is_left_to_argparse():
-    import dataclasses
 
     from experiments.run.validation import check_types
 
@@ -853,7 +852,6 @@ def test_a_check_builds_the_config_class_for_the_cpu(
 ) -> None:
     """--check must not touch an accelerator: the class's __post_init__ (which sets up the device) sees a CPU
     config, whatever the file asks for; the values asked for are set back afterwards."""
-    import dataclasses
     from types import SimpleNamespace
 
     from trl import GRPOConfig
@@ -906,8 +904,6 @@ def test_a_config_class_error_gives_its_first_line() -> None:
 
 
 def test_run_json_never_holds_a_hub_token(tmp_path: Path, no_model_loads: None) -> None:
-    import json
-
     from experiments.run.config import to_dict
 
     exp, cfg = parse_config([write(tmp_path, CPU + "method: grpo\n")])
