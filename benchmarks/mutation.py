@@ -8,7 +8,7 @@ is listed with its diff, to be read by hand: equivalent (no test could tell) or 
 The mutants are mutated in place, so the script works in a throwaway copy of the tree (`git archive REF`), never
 in your checkout. `--tests after` adds this branch's test files for each module to the ones main had.
 
-    pip install cosmic-ray
+    pip install cosmic-ray coverage
     python benchmarks/mutation.py --ref <commit> --tests before --out benchmarks/results/mutation_before.json
     python benchmarks/mutation.py --ref <commit> --tests after --only-survivors-of \
         benchmarks/results/mutation_before.json --out benchmarks/results/mutation_after.json
@@ -24,6 +24,9 @@ Every mutant: `--sample 0` takes every candidate, `--part K/N` every N-th of the
 parts), `--fork` runs each mutant's tests by `pytest.main` in a forked child of a process that imported pytest and
 the heavy modules once (`--preload`), instead of one cosmic-ray exec subprocess each, and `--equivalent FILE` marks
 the survivors a reader found equivalent, with the reason, and scores the others (`score_non_equivalent`).
+`--select-by-coverage` (with `--fork`) maps once, with coverage.py, which tests run each function's body, runs
+each mutant against only those, and reruns each survivor against every test, so a survivor is one that every test
+missed and a kill is a failing test: same verdicts, for modules whose tests are slow (models, sandboxes).
 """
 
 from __future__ import annotations
@@ -252,7 +255,94 @@ def add_files(src: Path, dest: Path, files: list[str]) -> None:
         target.write_bytes((src / f).read_bytes())
 
 
-def _forked_run(item, tree: Path, tests: list[str], timeout: float):
+OUTSIDE_TESTS = "(outside tests)"  # coverage's context for import, collection and anything between tests
+
+
+def coverage_map(
+    tree: Path, tests: list[str], paths: list[str], timeout: float
+) -> dict[str, dict[int, set[str]]]:
+    """Which tests execute each line of the mutated files: the tests are run once on the unmutated tree, in a
+    forked child, under coverage.py with one dynamic context per test (its setup, call and teardown). The
+    baseline must pass: a failing test would kill every mutant it is given."""
+    import coverage
+
+    data_file = tree / ".mutation" / "coverage.sqlite"
+    data_file.parent.mkdir(parents=True, exist_ok=True)
+    data_file.unlink(missing_ok=True)
+    pid = os.fork()
+    if pid == 0:
+        rc = 1
+        try:
+            os.chdir(tree)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            import pytest
+
+            cov = coverage.Coverage(data_file=str(data_file), include=[str(tree / p) + "*" for p in paths])
+            cov.start()
+            cov.switch_context(OUTSIDE_TESTS)
+
+            class _PerTest:
+                @pytest.hookimpl(hookwrapper=True)
+                def pytest_runtest_protocol(self, item, nextitem):
+                    cov.switch_context(item.nodeid)
+                    yield
+                    cov.switch_context(OUTSIDE_TESTS)
+
+            args = ["-q", "-p", "no:cacheprovider", "-o", "addopts=", "--assert=plain", *tests]
+            rc = int(pytest.main(args, plugins=[_PerTest()]))
+            cov.stop()
+            cov.save()
+        finally:
+            os._exit(rc)
+    deadline = time.time() + timeout
+    while not os.waitpid(pid, os.WNOHANG)[0]:
+        if time.time() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise SystemExit(
+                f"the coverage run of {' '.join(tests)} took over {timeout:.0f} s: raise --timeout"
+            )
+        time.sleep(0.05)
+    data = coverage.CoverageData(basename=str(data_file))
+    data.read()
+    if not data.measured_files():
+        raise SystemExit(
+            f"the coverage run of {' '.join(tests)} failed or measured nothing: run them by hand"
+        )
+    return {
+        Path(f).relative_to(tree).as_posix(): {
+            line: set(ctx) for line, ctx in data.contexts_by_lineno(f).items()
+        }
+        for f in data.measured_files()
+    }
+
+
+def selected_tests(m, lines: dict[int, set[str]], source: str) -> set[str] | None:
+    """The tests that can see mutant ``m``: those that ran the body of the innermost function around it. A
+    change inside a function body acts only when that body runs, so the others cannot fail on it. None (run
+    them all) where the change is outside any body (module or class level, a default, a decorator), or where
+    the body runs outside a test (at import, in a fixture between tests) or in no test coverage can see (a
+    subprocess). A survivor of a selected run is only provisional: rerun it with every test."""
+    import ast
+
+    line = m.start_pos[0]
+    body_range = None
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lo, hi = node.body[0].lineno, node.end_lineno
+            if lo <= line <= hi and (body_range is None or lo >= body_range[0]):
+                body_range = (lo, hi)
+    if body_range is None:
+        return None
+    contexts = set().union(*(lines.get(n, set()) for n in range(body_range[0], body_range[1] + 1)))
+    if not contexts or OUTSIDE_TESTS in contexts:
+        return None
+    return contexts
+
+
+def _forked_run(item, tree: Path, tests: list[str], timeout: float, select: set[str] | None = None):
     """One mutant, as cosmic-ray's worker runs it (mutate the file, run the tests, restore it), but with the
     tests run by ``pytest.main`` in a forked child of this process, which has imported pytest, hypothesis and
     the heavy third-party modules once: the child imports the mutated module (and the package) afresh from
@@ -265,14 +355,16 @@ def _forked_run(item, tree: Path, tests: list[str], timeout: float):
     operator = cosmic_ray.plugins.get_operator(m.operator_name)(**(getattr(m, "operator_args", None) or {}))
     try:
         with use_mutation(tree / m.module_path, operator, m.occurrence) as (original, mutated):
-            return _forked_test(m, original, mutated, tree, tests, timeout)
+            return _forked_test(m, original, mutated, tree, tests, timeout, select)
     except Exception as e:  # an operator that cannot mutate this node (a cosmic-ray bug)
         return WorkResult(
             output=repr(e), test_outcome=TestOutcome.INCOMPETENT, worker_outcome=WorkerOutcome.EXCEPTION
         )
 
 
-def _forked_test(m, original: str, mutated: str | None, tree: Path, tests: list[str], timeout: float):
+def _forked_test(
+    m, original: str, mutated: str | None, tree: Path, tests: list[str], timeout: float, select=None
+):
     from cosmic_ray.mutating import _make_diff
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
 
@@ -294,6 +386,13 @@ def _forked_test(m, original: str, mutated: str | None, tree: Path, tests: list[
                 def pytest_runtest_logreport(self, report) -> None:
                     if report.failed and not first_failure.exists():
                         first_failure.write_text(report.nodeid)
+
+                def pytest_collection_modifyitems(self, config, items) -> None:
+                    # Only the selected tests; all of them if any is not found (a nodeid that changed).
+                    keep = [i for i in items if select is not None and i.nodeid in select]
+                    if select is not None and len(keep) == len(select):
+                        config.hook.pytest_deselected(items=[i for i in items if i.nodeid not in select])
+                        items[:] = keep
 
             args = ["-x", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--assert=plain", *tests]
             rc = int(pytest.main(args, plugins=[_FirstFailure()]))
@@ -334,6 +433,7 @@ def run_module(
     part: tuple[int, int] = (1, 1),
     equivalent: dict[str, str] | None = None,
     fork: bool = False,
+    select_by_coverage: bool = False,
 ) -> dict:
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
@@ -378,6 +478,11 @@ def run_module(
     survivors, killed, timeouts, n_run, incompetent = [], 0, 0, 0, []
     killed_by: dict[str, str] = {}  # --fork: each killed mutant's first failing test
     t0 = time.time()
+    lines, sources, n_selected, n_confirmed = None, {}, 0, 0
+    if select_by_coverage and chosen:
+        files = [p for p, r in results.items() if any(k in chosen for k, _ in r["candidates"])]
+        lines = coverage_map(tree, tests, files, timeout=max(timeout, 1800.0))
+        print(f"[{name}] coverage of {' '.join(files)} by test: mapped", flush=True)
     for path, r in results.items():
         keep = {item.job_id for k, item in r["candidates"] if k in chosen}
         with use_db(str(r["db"]), WorkDB.Mode.open) as db:
@@ -394,7 +499,17 @@ def run_module(
                 done, start = 0, time.time()
                 for item in r["items"]:
                     if item.job_id in keep:
-                        db.set_result(item.job_id, _forked_run(item, tree, tests, timeout))
+                        select = None
+                        if lines is not None:
+                            source = sources.setdefault(path, (tree / path).read_text())
+                            select = selected_tests(item.mutations[0], lines.get(path, {}), source)
+                        result = _forked_run(item, tree, tests, timeout, select)
+                        if select is not None:
+                            n_selected += 1
+                            if result.test_outcome == TestOutcome.SURVIVED:  # provisional: every test now
+                                n_confirmed += 1
+                                result = _forked_run(item, tree, tests, timeout)
+                        db.set_result(item.job_id, result)
                         done += 1
                         if done % 25 == 0 or done == len(keep):
                             rate = (time.time() - start) / done
@@ -449,6 +564,10 @@ def run_module(
         "tests": tests,
         "definitions": target["definitions"],
         "seconds": round(time.time() - t0, 1),
+        # --select-by-coverage: mutants first run against only the tests that ran their function's body, and
+        # of those, the survivors rerun against every test (so each survivor here survived every test)
+        "selected_by_coverage": n_selected,
+        "survivors_rerun_with_every_test": n_confirmed,
         "survivors": sorted(survivors, key=lambda s: s["key"]),
         "killed_by": dict(sorted(killed_by.items())),
     }
@@ -491,6 +610,12 @@ def main(argv: list[str] | None = None) -> int:
         help="run each mutant's tests in a forked child (pytest.main) instead of a cosmic-ray exec subprocess",
     )
     p.add_argument(
+        "--select-by-coverage",
+        action="store_true",
+        help="with --fork: run each mutant against only the tests that execute its function (mapped once by "
+        "coverage.py), then rerun its survivors against every test",
+    )
+    p.add_argument(
         "--preload",
         nargs="*",
         default=["pytest", "hypothesis", "numpy"],
@@ -498,6 +623,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
+    if args.select_by_coverage and not args.fork:
+        p.error("--select-by-coverage needs --fork (the selection is made in the forked children)")
 
     previous = json.loads(args.only_survivors_of.read_text()) if args.only_survivors_of else None
     equivalent = json.loads(args.equivalent.read_text()) if args.equivalent else {}
@@ -547,6 +674,7 @@ def main(argv: list[str] | None = None) -> int:
                 part=part,
                 equivalent=equivalent.get(name, {}),
                 fork=args.fork,
+                select_by_coverage=args.select_by_coverage,
             )
             if previous is not None and name in previous["modules"]:
                 before = previous["modules"][name]
