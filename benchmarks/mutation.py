@@ -36,6 +36,7 @@ import json
 import os
 import random
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -98,6 +99,51 @@ TARGETS: dict[str, dict] = {
             "build_report",
         ],
         "before": ["tests/report/test_report.py"],
+        "after": ["tests/evaluation/test_statistics_meaning.py"],
+    },
+    # analysis.py's definitions that "report" leaves out: the curves, crossovers, coverage, verdict and setup.
+    "report_rest": {
+        "paths": ["experiments/report/analysis.py"],
+        "definitions": [
+            "metric_list",
+            "_round",
+            "_n_min",
+            "_curve",
+            "_from_start",
+            "_crossover",
+            "_distinct",
+            "_coverage",
+            "_verdict",
+            "_shared",
+            "_task",
+            "_setup",
+            "each",
+            "cfg",
+            "evals",
+            "get",
+            "_run_row",
+            "_mean",
+            "_series",
+            "_series_ci",
+            "_curves",
+            "_matching_steps",
+            "_coincidences",
+            None,  # module level: the constants
+        ],
+        "before": ["tests/report/test_report.py"],
+        "after": ["tests/evaluation/test_statistics_meaning.py"],
+    },
+    # evaluate.py alone (its statistics, stats.py, are the "stats" target): generation, scoring, the callback.
+    "evaluate": {
+        "paths": ["experiments/evaluation/evaluate.py"],
+        "definitions": None,
+        "before": [
+            "tests/evaluation/test_evaluation.py",
+            "tests/evaluation/test_evaluation_model.py",
+            "tests/evaluation/test_evaluation_callback.py",
+            "tests/evaluation/test_eval_combinations.py",
+            "tests/evaluation/test_metric_module.py",
+        ],
         "after": ["tests/evaluation/test_statistics_meaning.py"],
     },
     "config": {
@@ -372,6 +418,9 @@ def _forked_test(
         return WorkResult(worker_outcome=WorkerOutcome.NO_TEST)
     first_failure = tree / ".mutation" / "first_failure"
     first_failure.unlink(missing_ok=True)
+    # A process the tests start afresh (the sandbox's zygotes) writes bytecode; the next mutant of the same size
+    # in the same second would otherwise be read from it.
+    shutil.rmtree((tree / m.module_path).parent / "__pycache__", ignore_errors=True)
     pid = os.fork()
     if pid == 0:  # the child: run the tests, report by exit status and the first failing test's id
         rc = 1
