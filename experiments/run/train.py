@@ -29,6 +29,7 @@ every rank). Sharded runs (FSDP, DeepSpeed ZeRO-3) evaluate the saved model, rel
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -634,6 +635,9 @@ def end_process_group() -> None:
     """
     dist = sys.modules.get("torch.distributed")  # never imported: no group, and no torch import to find out
     if dist is not None and dist.is_available() and dist.is_initialized():
+        # A finished trainer lives on in reference cycles, its FSDP/DDP state holding the groups and tensors the
+        # gloo threads touch: free it while the interpreter and the group are alive, not at interpreter exit.
+        gc.collect()
         dist.destroy_process_group()  # not accelerate's PartialState(): that would build its state if none yet
 
 

@@ -130,7 +130,7 @@ def test_two_cpu_processes_gather_the_same_rewards_as_one(tmp_path: Path, tiny_m
 
     methods = list(ORIGINAL_METHODS)  # the original seven: CI time (the GRPO variants gather as grpo does)
     two, one = tmp_path / "two", tmp_path / "one"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     cmd = [
         sys.executable,

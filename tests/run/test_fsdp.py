@@ -147,7 +147,10 @@ def worker(model_dir: str, out_dir: str) -> None:
 
 @pytest.mark.slow
 def test_ppo_trains_checkpoints_and_resumes_under_fsdp2_on_two_cpu_processes(tiny_model_dir, tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO), **fsdp2_environment())
+    # faulthandler: a rank that aborts (SIGABRT) prints every thread's Python stack into the failure
+    env = dict(
+        os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1", PYTHONPATH=str(REPO), **fsdp2_environment()
+    )
     cmd = [
         sys.executable,
         "-m",

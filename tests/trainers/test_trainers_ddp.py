@@ -106,10 +106,39 @@ def test_a_rank_ends_its_process_group_after_a_finished_run_only(tmp_path, monke
     train.end_process_group()  # no group: nothing to do, no error
 
 
+def test_a_finished_rank_frees_its_cyclic_garbage_before_its_group_goes(tmp_path):
+    """A trainer outlives its run in reference cycles (its FSDP/DDP state holding groups and tensors); left to
+    interpreter exit, it is torn down after the group and beside gloo's threads. end_process_group frees it first."""
+    import gc
+    import weakref
+
+    import torch.distributed as dist
+
+    from experiments.run.train import end_process_group
+
+    class Cycle:  # stands for the trainer: reachable only through a cycle, so only the collector frees it
+        pass
+
+    freed_with_group_up = []
+    dist.init_process_group("gloo", init_method=(tmp_path / "rendezvous").as_uri(), rank=0, world_size=1)
+    gc.disable()  # the collector runs only where end_process_group calls it
+    try:
+        garbage = Cycle()
+        garbage.self = garbage
+        weakref.finalize(garbage, lambda: freed_with_group_up.append(dist.is_initialized()))
+        del garbage
+        end_process_group()
+        assert freed_with_group_up == [True] and not dist.is_initialized()
+    finally:
+        gc.enable()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["ppo", "reinforce_rloo"])
 def test_ddp_two_cpu_ranks_stay_in_sync(method, tiny_model_dir, tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(HERE.parents[2]))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1", PYTHONPATH=str(HERE.parents[2]))
     cmd = [
         sys.executable,
         "-m",
