@@ -792,6 +792,8 @@ def test_each_per_problem_metric_reads_its_own_column() -> None:
     assert _per_problem(ev, "entropy") == {"T0": 0.9, "T1": 0.8}
     # Names built at run time, equal to the literals but other objects:
     assert _per_problem(ev, "".join(["entr", "opy"])) == {"T0": 0.9, "T1": 0.8}
+    assert _per_problem(ev, "".join(["avg_", "reward"])) == {"T0": 0.5, "T1": 0.25}
+    assert _per_problem(ev, "".join(["greedy_", "pass@1"])) == {"T0": 1.0, "T1": 0.0}
     ev["problems"][0]["first_sample_passed"], ev["problems"][1]["first_sample_passed"] = False, True
     assert _per_problem(ev, "".join(["first_sample_", "pass@1"])) == {"T0": 0.0, "T1": 1.0}
     for unknown in ("accuracy", "kl", "zzz_metric"):  # names before, between and after the known ones
@@ -887,3 +889,65 @@ def test_a_method_missing_one_seeds_eval_reports_no_pooled_value(tmp_path: Path)
     _write_run(tmp_path / "grpo-1", "grpo", 1, before, None, None)  # its eval_after.json never came
     entry = build_report([tmp_path / "grpo-0", tmp_path / "grpo-1"], tmp_path)["methods"][0]
     assert entry["after"] == {} and entry["before"]["pass@1"]["n_seeds"] == 2
+
+
+def test_a_later_seeds_problem_order_does_not_change_its_estimate() -> None:
+    from experiments.report.analysis import _estimate
+
+    tasks = [f"T{i}" for i in range(8)]
+    first = _rows([1, 0, 1, 1, 0, 0, 1, 0], tasks=tasks)
+    second = _rows([0, 1, 1, 0, 0, 1, 1, 1], tasks=tasks)
+    shuffled = {"problems": second["problems"][::-1]}  # the same rows, listed in another order
+    assert _estimate([first, shuffled], [0, 1], "pass@1") == _estimate([first, second], [0, 1], "pass@1")
+
+
+def test_a_before_after_interval_needs_rows_on_the_same_problems_on_both_sides() -> None:
+    from experiments.report.analysis import _delta_ci
+
+    ab, abc = _rows([1, 0], tasks=["A", "B"]), _rows([1, 0, 1], tasks=["A", "B", "C"])
+    assert _delta_ci([ab], [{"metrics": {}}], "pass@1") is None  # after without per-problem rows
+    assert _delta_ci([{"metrics": {}}], [ab], "pass@1") is None  # before without them
+    assert _delta_ci([abc], [ab], "pass@1") is None  # after on a subset of before's problems
+    assert _delta_ci([ab], [abc], "pass@1") is None  # on a superset
+    ba = {"problems": _rows([0, 1], tasks=["A", "B"])["problems"][::-1]}  # B then A: after - before = +1, -1
+    assert _delta_ci([ab], [ba], "pass@1") is not None
+
+
+def test_tied_methods_keep_their_order_and_a_p_of_exactly_alpha_is_not_significant(monkeypatch) -> None:
+    from experiments.report import analysis
+
+    thirty = [f"T{i}" for i in range(30)]
+    afters = {"first": [_rows([1, 0] * 15, tasks=thirty)], "second": [_rows([1, 0] * 15, tasks=thirty)]}
+    methods = [{"method": m} for m in afters]
+    result, _ = analysis._comparison(methods, "pass@1", afters)
+    assert (result["pairs"][0]["better"], result["pairs"][0]["worse"]) == ("first", "second")
+    for p, significant in ((analysis.ALPHA, False), (analysis.ALPHA * 0.999, True)):
+        monkeypatch.setattr(analysis, "bootstrap_p_value", lambda d, p=p: p)
+        result, _ = analysis._comparison(methods, "pass@1", afters)
+        assert result["pairs"][0]["p_holm"] == p and result["pairs"][0]["significant"] is significant
+
+
+def test_each_method_is_better_and_worse_than_exactly_the_methods_it_differs_from() -> None:
+    from experiments.report.analysis import _comparison
+
+    thirty = [f"T{i}" for i in range(30)]
+    # Names whose alphabetical order (low, mid, top) is not their ranking (top, mid, low).
+    afters = {
+        "mid": [_rows([1, 0] * 15, tasks=thirty)],
+        "top": [_rows([1] * 30, tasks=thirty)],
+        "low": [_rows([0] * 30, tasks=thirty)],
+    }
+    result, _ = _comparison([{"method": m} for m in afters], "pass@1", afters)
+    assert all(p["significant"] for p in result["pairs"])
+    got = {r["method"]: (sorted(r["better_than"]), sorted(r["worse_than"])) for r in result["ranking"]}
+    assert got == {"top": (["low", "mid"], []), "mid": (["low"], ["top"]), "low": ([], ["mid", "top"])}
+
+
+def test_seeds_are_labelled_by_seed_and_from_start_tests_the_headline_rates(tmp_path: Path) -> None:
+    before, after = _eval(BEFORE_C, BEFORE_G), _eval(AFTER_C, AFTER_G)
+    dirs = [_write_run(tmp_path / f"grpo-{s}", "grpo", s, before, after, None) for s in (0, 1)]
+    dirs.append(_write_run(tmp_path / "rloo-0", "rloo", 0, before, after, None))
+    report = build_report(dirs, tmp_path)
+    assert [r["label"] for r in report["runs"]] == ["grpo (seed 0)", "grpo (seed 1)", "rloo"]
+    # greedy pass@1, pass@1 and the headline pass@k (here k = n = 5): not the first-sample pass@1
+    assert set(report["from_start"]) == {"greedy_pass@1", "pass@1", f"pass@{N}"}
