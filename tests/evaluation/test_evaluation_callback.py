@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from transformers import TrainerControl, TrainerState, TrainingArguments
 
 import experiments.evaluation.evaluate as ev
@@ -174,3 +175,57 @@ def test_peft_model_saves_only_the_adapter(tiny, tmp_path: Path, monkeypatch) ->
     cb.on_step_end(args, TrainerState(global_step=1, max_steps=3), TrainerControl(), model=peft_model)
     files = {p.name for p in (tmp_path / "best").iterdir()}
     assert "adapter_config.json" in files and "config.json" not in files
+
+
+def test_sharded_runs_are_refused_by_either_sign_of_sharding(tiny) -> None:
+    from types import SimpleNamespace
+
+    model, _ = tiny
+
+    class FullyShardedDataParallel(torch.nn.Module):  # what FSDP's wrapper is called
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(1))
+
+    plain = SimpleNamespace(fsdp="")
+    assert ev._is_sharded(SimpleNamespace(fsdp="full_shard"), model)
+    assert ev._is_sharded(plain, FullyShardedDataParallel())
+    assert not ev._is_sharded(plain, model)
+    callback = PassAtKCallback([], every_n_steps=1)
+    with pytest.raises(NotImplementedError, match="FSDP / ZeRO-3"):
+        callback.on_train_begin(SimpleNamespace(fsdp="full_shard"), None, None, model=model)
+    callback.on_train_begin(plain, None, None, model=model)  # unsharded: nothing to refuse
+
+
+def test_the_default_schedule_is_every_50_steps(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    callback = PassAtKCallback([])
+    steps = []
+    monkeypatch.setattr(callback, "_evaluate", lambda args, state, **kw: steps.append(state.global_step))
+    for step in range(1, 121):
+        callback.on_step_end(None, SimpleNamespace(global_step=step, max_steps=0), None)
+    assert steps == [50, 100]
+
+
+def test_the_best_model_is_saved_beside_a_tokenizer_that_cannot_save(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    class Model:
+        def save_pretrained(self, path) -> None:
+            (Path(path) / "weights").write_text("w")
+
+    callback = PassAtKCallback([], output_dir=tmp_path, every_n_steps=1)
+    callback.best_metric = 0.5
+    callback._save_best(SimpleNamespace(output_dir=str(tmp_path)), Model(), object(), _result(0.5), 3)
+    meta = json.loads((tmp_path / "best" / "eval.json").read_text())
+    assert (tmp_path / "best" / "weights").exists() and (meta["step"], meta["value"]) == (3, 0.5)
+
+
+def test_write_json_writes_sorted_indented_json_and_leaves_no_temporary(tmp_path: Path) -> None:
+    data = {"b": 1, "a": {"z": [1, 2], "y": Path("p")}}
+    out = tmp_path / "eval_after.json"
+    ev.write_json(out, data)
+    assert out.read_text() == json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+    assert out.read_text().index('"a"') < out.read_text().index('"b"')
+    assert [p.name for p in tmp_path.iterdir()] == ["eval_after.json"]

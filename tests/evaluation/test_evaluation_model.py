@@ -320,3 +320,378 @@ def test_top_p_keeps_the_tokens_transformers_top_p_keeps(k) -> None:
         kept = (ours > float("-inf")).sum(dim=1)
         assert kept.min() >= 1 and kept.max() > k  # flat rows keep more than k tokens: the fallback ran
         assert torch.equal(ours[ours > float("-inf")], scores[ours > float("-inf")])  # kept logits untouched
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Each option and edge of evaluate_model, _generate and their helpers (a scripted model where generation does not
+# matter, a stub reward where the sandbox does not)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class RecordingModel(ScriptedModel):
+    """A ScriptedModel that keeps each generate call's config and logits processors."""
+
+    def __init__(self, answers: dict, pad_id: int) -> None:
+        super().__init__(answers, pad_id)
+        self.configs: list = []
+
+    def generate(self, input_ids, attention_mask, generation_config, logits_processor=None):
+        self.configs.append((generation_config, list(logits_processor or [])))
+        return super().generate(input_ids, attention_mask, generation_config, logits_processor)
+
+
+def _recording(tok, rows, texts: list[str], eos: bool = True) -> RecordingModel:
+    answers = {
+        tuple(_prompt_ids(tok, row["prompt"])): tok(text, add_special_tokens=False)["input_ids"]
+        + ([tok.eos_token_id] if eos else [])
+        for row, text in zip(rows, texts)
+    }
+    return RecordingModel(answers, tok.pad_token_id)
+
+
+class _StubReward:
+    """Scores every completion `value` (or `score(task_id)`), and keeps what it was called with."""
+
+    def __init__(self, score=lambda task_id: 1.0, extra: int = 0) -> None:
+        self.score_of, self.extra, self.calls = score, extra, []
+
+    def score(self, prompts, completions, **columns):
+        self.calls.append((prompts, completions, columns))
+        return [self.score_of(t) for t in columns["task_id"]] + [1.0] * self.extra
+
+
+def _stub(monkeypatch, reward: _StubReward) -> _StubReward:
+    import experiments.evaluation.evaluate as evaluation
+
+    monkeypatch.setattr(evaluation, "_make_reward", lambda sandbox_kwargs, stdio=False: reward)
+    return reward
+
+
+def test_generate_is_told_every_eos_the_pad_and_which_top_p_filters(tiny, rows3, raw3) -> None:
+    from types import SimpleNamespace
+
+    from experiments.evaluation.evaluate import _TopP
+
+    _, tok = tiny
+    canon = list(raw3["canonical_solution"])
+    used = {i for c in canon for i in tok(c, add_special_tokens=False)["input_ids"]}
+    other_eos = min(set(range(tok.eos_token_id)) - used)  # an id no answer holds, below the tokenizer's
+
+    def run(model, tokenizer=tok, **kw):
+        evaluate_model(model, tokenizer, rows3, n_samples=2, ks=(1,), **{**FAST, **kw})
+        return model.configs[-1]
+
+    model = _recording(tok, rows3, canon)
+    config, processors = run(model, top_p=0.9)
+    assert config.eos_token_id == [tok.eos_token_id] and config.pad_token_id == tok.pad_token_id
+    # top_p < 1 without a top-k: our nucleus filters, generate's own top-p is off
+    assert config.top_p == 1.0 and any(isinstance(p, _TopP) for p in processors)
+    config, processors = run(model, top_p=1.0)
+    assert config.top_p == 1.0 and not any(isinstance(p, _TopP) for p in processors)
+    # with the model's top-k kept in force, generate's warpers filter in their own order
+    config, processors = run(model, top_p=0.9, generation_kwargs={"top_k": 5})
+    assert (config.top_k, config.top_p) == (5, 0.9) and not any(isinstance(p, _TopP) for p in processors)
+
+    model.generation_config = SimpleNamespace(eos_token_id=[other_eos, tok.eos_token_id])
+    config, _ = run(model)
+    assert config.eos_token_id == sorted({other_eos, tok.eos_token_id})
+
+    class Unpadded:  # the tokenizer without a pad token (or without an EOS)
+        def __init__(self, inner, eos_token_id):
+            self.inner, self.pad_token_id, self.eos_token_id = inner, None, eos_token_id
+
+        def __call__(self, *args, **kwargs):
+            return self.inner(*args, **kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+    config, _ = run(model, Unpadded(tok, tok.eos_token_id))
+    assert config.pad_token_id == other_eos  # the first EOS id pads
+    del model.generation_config
+    config, _ = run(model, Unpadded(tok, None))
+    assert config.pad_token_id == 0 and config.eos_token_id is None
+
+
+def test_reported_seconds_lie_within_the_call(tiny, rows3, raw3, monkeypatch) -> None:
+    import time
+
+    _, tok = tiny
+    _stub(monkeypatch, _StubReward())
+    model = _recording(tok, rows3, list(raw3["canonical_solution"]))
+    for processes in (1, 2):
+        t0 = time.perf_counter()
+        res = evaluate_model(model, tok, rows3, n_samples=2, ks=(1,), processes=processes, **FAST)
+        wall = time.perf_counter() - t0
+        assert 0 < res.generation_seconds and 0 <= res.scoring_seconds, processes
+        assert res.generation_seconds + res.scoring_seconds <= wall, processes
+
+
+def test_the_reward_gets_each_completion_in_its_rows_shape_and_must_score_each(
+    tiny, raw3, monkeypatch
+) -> None:
+    from experiments.inputs.data import chat_messages, to_rl_rows
+
+    _, tok = tiny
+    canon = list(raw3["canonical_solution"])
+    reward = _stub(monkeypatch, _StubReward())
+    rows = to_rl_rows(raw3, style="completion")
+    evaluate_model(_recording(tok, rows, canon), tok, rows, n_samples=2, ks=(1,), **FAST)
+    prompts, completions, columns = reward.calls[-1]
+    assert completions == [c for c in canon for _ in range(3)]  # 2 samples + greedy, as text
+    assert columns["task_id"] == [t for t in raw3["task_id"] for _ in range(3)]
+    assert columns["entry_point"] == [e for e in raw3["entry_point"] for _ in range(3)]
+    chat_rows = [{**row, "prompt": chat_messages(row["prompt"])} for row in raw3]
+    evaluate_model(_recording(tok, chat_rows, canon), tok, raw3, n_samples=1, ks=(1,), style="chat", **FAST)
+    _, completions, columns = reward.calls[-1]
+    assert completions == [[{"role": "assistant", "content": c}] for c in canon for _ in range(2)]
+    assert columns["code_prompt"] == [p for p in raw3["prompt"] for _ in range(2)]
+    for extra in (-1, 1):  # one score too few, one too many
+        _stub(monkeypatch, _StubReward(extra=extra) if extra > 0 else _Short())
+        with pytest.raises(RuntimeError, match="reward returned"):
+            evaluate_model(_recording(tok, rows, canon), tok, rows, n_samples=2, ks=(1,), **FAST)
+
+
+class _Short(_StubReward):
+    def score(self, prompts, completions, **columns):
+        return super().score(prompts, completions, **columns)[:-1]
+
+
+def test_without_greedy_each_problem_reads_its_own_scores_and_long_first_completions_are_cut(
+    tiny, rows3, raw3
+) -> None:
+    from experiments.evaluation.evaluate import MAX_COMPLETION_CHARS
+
+    _, tok = tiny
+    canon = list(raw3["canonical_solution"])
+    wrong = "    return None\n"
+    mixed = _scripted(tok, rows3, [wrong, canon[1], wrong])
+    res = evaluate_model(mixed, tok, rows3, n_samples=2, ks=(1,), greedy=False, **FAST)
+    assert [p.correct for p in res.problems] == [0, 2, 0] and res.greedy_pass_at_1 is None
+    long = "    # " + "x" * 500 + "\n" + canon[0]
+    res = evaluate_model(_scripted(tok, rows3, [long, *canon[1:]]), tok, rows3, n_samples=1, ks=(1,), **FAST)
+    assert MAX_COMPLETION_CHARS == 400 and res.problems[0].first_completion == long[:400]
+    assert res.problems[0].correct == 1 and res.problems[2].first_completion == canon[2][:400]
+
+
+def test_a_completion_that_ran_to_max_new_tokens_is_counted_truncated(tiny, rows3, raw3, monkeypatch) -> None:
+    _, tok = tiny
+    _stub(monkeypatch, _StubReward())
+    filler = tok("    x = 1\n" * 30, add_special_tokens=False)["input_ids"][: FAST["max_new_tokens"]]
+    answers = {
+        tuple(_prompt_ids(tok, row["prompt"])): (filler if i == 0 else [*filler[:3], tok.eos_token_id])
+        for i, row in enumerate(rows3)
+    }
+    res = evaluate_model(ScriptedModel(answers, tok.pad_token_id), tok, rows3, n_samples=2, ks=(1,), **FAST)
+    assert [p.n_truncated for p in res.problems] == [2, 0, 0]  # the greedy row is not counted
+
+
+def test_options_are_checked_and_keyword_only_and_the_defaults_are_the_seeds(
+    tiny, rows3, raw3, caplog, capfd, monkeypatch
+) -> None:
+    _, tok = tiny
+    canon = list(raw3["canonical_solution"])
+    model = _scripted(tok, rows3, canon)
+    with pytest.raises(ValueError, match="n_samples must be >= 1"):
+        evaluate_model(model, tok, rows3, n_samples=0, **FAST)
+    with pytest.raises(TypeError):
+        evaluate_model(model, tok, rows3, 2)  # n_samples by position
+    with caplog.at_level("WARNING", logger="experiments.evaluation.evaluate"):
+        evaluate_model(model, tok, rows3, n_samples=2, ks=(1, 2, 9), **FAST)
+    assert [r.getMessage() for r in caplog.records] == ["pass@k for k=[9] skipped: k > n_samples=2"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="experiments.evaluation.evaluate"):
+        evaluate_model(model, tok, rows3, n_samples=2, ks=(1, 2), **FAST)
+    assert not caplog.records
+    capfd.readouterr()
+    _stub(monkeypatch, _StubReward())
+    res = evaluate_model(model, tok, rows3)  # every default
+    assert "pass@k sampling (n=5 + greedy)" in capfd.readouterr().err  # the progress bar, on by default
+    assert (res.n_samples, res.ks, res.n_bootstrap, res.confidence) == (5, [1, 5], 1000, 0.95)
+    assert {k: res.settings[k] for k in ("temperature", "top_p", "max_new_tokens", "greedy", "seed")} == {
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "max_new_tokens": 256,
+        "greedy": True,
+        "seed": 0,
+    }
+    assert res.settings["batch_size"] == 8 and "processes" not in res.settings
+    evaluate_model(model, tok, rows3, n_samples=2, ks=(1,), greedy=False, max_new_tokens=24)
+    err = capfd.readouterr().err
+    assert "pass@k sampling (n=2)" in err and "greedy" not in err
+    evaluate_model(model, tok, rows3, n_samples=2, ks=(1,), max_new_tokens=24, progress=True, processes=2)
+    assert "pass@k sampling" not in capfd.readouterr().err  # the processes draw no bars of their own
+
+
+def _stdio_row(task_id: str) -> dict:
+    cases = json.dumps({"inputs": ["1\n"], "outputs": ["1\n"]})
+    return {
+        "prompt": f"Echo the number ({task_id}).",
+        "code_prompt": "",
+        "task_id": task_id,
+        "input_output": cases,
+    }
+
+
+def test_stdio_rows_their_fields_and_problems_with_nothing_hidden(tiny, rows3, monkeypatch) -> None:
+    from experiments.evaluation.evaluate import _row_fields
+
+    _, tok = tiny
+    row = _stdio_row("s0")
+    assert _row_fields(row, "completion").columns == {"input_output": row["input_output"]}
+    with pytest.raises(ValueError, match="stdin/stdout rows need"):
+        _row_fields({k: v for k, v in row.items() if k != "code_prompt"}, "completion")
+    both = {**row, "test": "def check(f): pass", "entry_point": "f"}  # a test wins: a function problem
+    assert set(_row_fields(both, "completion").columns) == {"test", "entry_point"}
+    with pytest.raises(ValueError, match="mix function problems with stdin/stdout"):
+        evaluate_model(_scripted(tok, rows3, ["x"] * 3), tok, [rows3[0], row], n_samples=1, ks=(1,), **FAST)
+
+    rows = [_stdio_row(f"s{i}") for i in range(3)]
+    _stub(monkeypatch, _StubReward(lambda task_id: None if task_id == "s0" else 1.0))
+    res = evaluate_model(_scripted(tok, rows, ["print(1)"] * 3), tok, rows, n_samples=2, ks=(1,), **FAST)
+    assert [p.task_id for p in res.problems] == ["s1", "s2"]  # s0 showed every case: nothing to score
+    assert res.settings["unscored_all_cases_shown"] == ["s0"]
+    _stub(monkeypatch, _StubReward(lambda task_id: None if task_id == rows3[1]["task_id"] else 1.0))
+    with pytest.raises(RuntimeError, match="whose row has a test"):
+        evaluate_model(_scripted(tok, rows3, ["x"] * 3), tok, rows3, n_samples=1, ks=(1,), **FAST)
+
+
+def test_chat_style_is_read_from_an_equal_string(raw3) -> None:
+    from experiments.evaluation.evaluate import _row_fields
+
+    assert isinstance(_row_fields(raw3[0], "".join(["ch", "at"])).prompt, list)
+    assert _row_fields(raw3[0], "completion").prompt == raw3[0]["prompt"]
+
+
+def test_sandbox_settings_take_a_function_reward_of_their_own(tiny, rows3, raw3) -> None:
+    _, tok = tiny
+    model = _scripted(tok, rows3, list(raw3["canonical_solution"]))
+    res = evaluate_model(model, tok, rows3, n_samples=1, ks=(1,), sandbox_kwargs={"timeout": 10.0}, **FAST)
+    assert res.pass_at_k["pass@1"].value == 1.0
+
+
+def test_processes_refuse_a_model_off_the_cpu_and_one_process_does_not(tiny, rows3, raw3) -> None:
+    _, tok = tiny
+    model = _scripted(tok, rows3, list(raw3["canonical_solution"])).to("meta")
+    with pytest.raises(ValueError, match="processes > 1 is for CPU evaluation; the model is on meta"):
+        evaluate_model(model, tok, rows3, n_samples=1, ks=(1,), processes=2, **FAST)
+    with pytest.raises(Exception) as info:  # meta tensors hold no values to generate from
+        evaluate_model(model, tok, rows3, n_samples=1, ks=(1,), processes=1, **FAST)
+    assert "processes > 1" not in str(info.value)
+
+
+def test_two_problems_over_two_processes_split_one_each(tiny, rows3) -> None:
+    model, tok = tiny
+    kw = {"n_samples": 2, "ks": (1,), "temperature": 1.0, **FAST}
+    split = evaluate_model(model, tok, rows3.select([0, 1]), seed=7, processes=2, **kw)
+    first = evaluate_model(model, tok, rows3.select([0]), seed=7, **kw)
+    second = evaluate_model(model, tok, rows3.select([1]), seed=8, **kw)
+    assert [p.first_completion for p in split.problems] == [
+        p.first_completion for p in first.problems + second.problems
+    ]
+
+
+def test_each_process_gets_its_share_of_threads_no_bar_and_a_death_is_reported(monkeypatch) -> None:
+    import os
+
+    import experiments.evaluation.evaluate as evaluation
+    from experiments.evaluation.evaluate import Generation, _generate_in_processes
+
+    def fake(model, tokenizer, share, **kwargs):
+        text = f"{torch.get_num_threads()}|{kwargs['progress']}"
+        return Generation([[text]] * len(share), 0, [[False]] * len(share), 0.0, [None] * len(share))
+
+    monkeypatch.setattr(evaluation, "_generate", fake)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        out = _generate_in_processes(None, None, [[1], [2]], processes=2, seed=0, progress=True)
+    finally:
+        torch.set_num_threads(threads)
+    assert out.texts == [["1|False"], ["1|False"]]
+    monkeypatch.setattr(evaluation, "_generate", lambda *a, **k: os._exit(3))
+    with pytest.raises(RuntimeError, match="evaluation process 0 died without a result"):
+        _generate_in_processes(None, None, [[1], [2]], processes=2, seed=0, progress=False)
+
+
+def test_the_entropy_meter_stops_at_eos_and_leaves_the_greedy_row_out(tiny, rows3, monkeypatch) -> None:
+    import experiments.evaluation.evaluate as evaluation
+
+    meter = evaluation._EntropyMeter(prompt_width=1, eos_ids=[0])
+    flat = torch.zeros(2, 4)  # entropy ln 4 at every position
+    meter(torch.tensor([[5], [5]]), flat)
+    meter(torch.tensor([[5, 0], [5, 1]]), flat)  # row 0 ended with EOS at the first step
+    assert meter.tokens.tolist() == [1, 2]
+    assert meter.total.tolist() == pytest.approx([math.log(4), 2 * math.log(4)])
+
+    meters = []
+
+    class Kept(evaluation._EntropyMeter):
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            meters.append(self)
+
+    monkeypatch.setattr(evaluation, "_EntropyMeter", Kept)
+    model, tok = tiny
+    gen = _texts_and_entropy(model, tok, rows3)
+    total, tokens = meters[0].total.view(3, 3), meters[0].tokens.view(3, 3)
+    sampled = (total[:, :2].sum(1) / tokens[:, :2].sum(1)).tolist()
+    everything = (total.sum(1) / tokens.sum(1)).tolist()
+    assert gen.entropies == pytest.approx(sampled) and sampled != pytest.approx(everything)
+
+
+def _texts_and_entropy(model, tok, rows):
+    from experiments.evaluation.evaluate import _generate
+
+    ids = [_prompt_ids(tok, row["prompt"]) for row in rows]
+    with torch.no_grad(), torch.random.fork_rng():
+        torch.manual_seed(3)
+        return _generate(
+            model,
+            tok,
+            ids,
+            num_return_sequences=3,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            max_new_tokens=8,
+            batch_size=3,
+            progress=False,
+            desc="test",
+            greedy_last=True,
+        )
+
+
+def test_the_shared_prefill_continues_with_the_logits_a_full_prefill_gives(tiny, rows3) -> None:
+    from transformers import GenerationConfig
+
+    from experiments.evaluation.evaluate import _shared_prompt_cache
+
+    model, tok = tiny
+    model.eval()
+    ids = [_prompt_ids(tok, row["prompt"]) for row in rows3]
+    width = max(map(len, ids))
+    assert len({len(i) for i in ids}) > 1  # prompts of different lengths: left padding in the batch
+    input_ids = torch.tensor([[tok.pad_token_id] * (width - len(i)) + i for i in ids])
+    mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids])
+    common = {"do_sample": False, "max_new_tokens": 4, "output_logits": True, "return_dict_in_generate": True}
+    common |= {"pad_token_id": tok.pad_token_id, "eos_token_id": None}
+    with torch.no_grad():
+        assert _shared_prompt_cache(model, input_ids[:, -1:], mask[:, -1:], 2) is None  # one prompt token
+        assert _shared_prompt_cache(model, input_ids[:, -2:], mask[:, -2:], 2) is not None  # two: shared
+        assert _shared_prompt_cache(model, input_ids, mask, 1) is None  # one copy: nothing to share
+        cache = _shared_prompt_cache(model, input_ids, mask, 2)
+        shared = model.generate(
+            input_ids=input_ids.repeat_interleave(2, 0),
+            attention_mask=mask.repeat_interleave(2, 0),
+            cache=cache,
+            generation_config=GenerationConfig(**common, num_return_sequences=1),
+        )
+        full = model.generate(  # every copy prefilled on its own
+            input_ids=input_ids.repeat_interleave(2, 0),
+            attention_mask=mask.repeat_interleave(2, 0),
+            generation_config=GenerationConfig(**common, num_return_sequences=1),
+        )
+    assert len(shared.logits) == len(full.logits) == 4
+    for a, b in zip(shared.logits, full.logits):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
