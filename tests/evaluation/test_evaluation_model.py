@@ -695,3 +695,32 @@ def test_the_shared_prefill_continues_with_the_logits_a_full_prefill_gives(tiny,
     assert len(shared.logits) == len(full.logits) == 4
     for a, b in zip(shared.logits, full.logits):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_sampling_forks_the_rng_of_the_cuda_device_the_model_is_on(tiny, rows3, monkeypatch) -> None:
+    import contextlib
+    from types import SimpleNamespace
+
+    import experiments.evaluation.evaluate as evaluation
+
+    _, tok = tiny
+    forked = []
+
+    def fork_rng(devices=None, **kwargs):
+        forked.append(devices)
+        return contextlib.nullcontext()
+
+    monkeypatch.setattr(evaluation.torch.random, "fork_rng", fork_rng)
+
+    class OnCuda(torch.nn.Module):  # claims a CUDA device; generation fails after the RNG is forked
+        def __init__(self, index: int) -> None:
+            super().__init__()
+            self.index = index
+
+        def parameters(self, recurse: bool = True):
+            yield SimpleNamespace(device=torch.device("cuda", self.index))
+
+    for index in (0, 1):
+        with pytest.raises(Exception):  # noqa: B017 (this torch has no CUDA to generate on)
+            evaluate_model(OnCuda(index), tok, rows3, n_samples=1, ks=(1,), **FAST)
+    assert forked == [[0], [1]]
