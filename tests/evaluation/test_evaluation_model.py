@@ -724,3 +724,49 @@ def test_sampling_forks_the_rng_of_the_cuda_device_the_model_is_on(tiny, rows3, 
         with pytest.raises(Exception):  # noqa: B017 (this torch has no CUDA to generate on)
             evaluate_model(OnCuda(index), tok, rows3, n_samples=1, ks=(1,), **FAST)
     assert forked == [[0], [1]]
+
+
+def test_top_p_at_its_exact_boundary_keeps_what_transformers_keeps() -> None:
+    from transformers import TopPLogitsWarper
+
+    from experiments.evaluation.evaluate import _TopP
+
+    flat = torch.zeros(1, 4)  # four tokens of 1/4: the two most probable hold exactly top_p = 1/2
+    ours = _TopP(0.5, 1.0)(torch.zeros(1, 1, dtype=torch.long), flat.clone())
+    theirs = TopPLogitsWarper(0.5)(torch.zeros(1, 1, dtype=torch.long), flat.clone())
+    assert int((ours > float("-inf")).sum()) == int((theirs > float("-inf")).sum()) == 2
+
+
+def test_a_completion_ending_with_eos_at_the_last_token_is_not_truncated(tiny, rows3, monkeypatch) -> None:
+    _, tok = tiny
+    _stub(monkeypatch, _StubReward())
+    filler = tok("    x = 1\n" * 30, add_special_tokens=False)["input_ids"][: FAST["max_new_tokens"]]
+    # no EOS; EOS as the last token allowed; EOS early
+    ends = [filler, [*filler[:-1], tok.eos_token_id], [*filler[:3], tok.eos_token_id]]
+    answers = {tuple(_prompt_ids(tok, row["prompt"])): a for row, a in zip(rows3, ends)}
+    res = evaluate_model(ScriptedModel(answers, tok.pad_token_id), tok, rows3, n_samples=2, ks=(1,), **FAST)
+    assert [p.n_truncated for p in res.problems] == [2, 0, 0]
+
+
+def test_a_process_that_hangs_after_its_result_is_killed(monkeypatch) -> None:
+    import multiprocessing
+    import multiprocessing.util
+    import time
+
+    import experiments.evaluation.evaluate as evaluation
+    from experiments.evaluation.evaluate import Generation, _generate_in_processes
+
+    def hangs_at_exit(model, tokenizer, share, **kwargs):
+        # run by the child as it exits, after it has sent its result
+        multiprocessing.util.Finalize(None, time.sleep, args=(120,), exitpriority=0)
+        return Generation([["x"]] * len(share), 0, [[False]] * len(share), 0.0, [None] * len(share))
+
+    monkeypatch.setattr(evaluation, "_generate", hangs_at_exit)
+    try:
+        out = _generate_in_processes(None, None, [[1]], processes=2, seed=0, progress=False)
+        for child in multiprocessing.active_children():  # killed: it dies at once (reaped here)
+            child.join(timeout=5)
+        assert out.texts == [["x"]] and not multiprocessing.active_children()
+    finally:
+        for child in multiprocessing.active_children():
+            child.kill()
