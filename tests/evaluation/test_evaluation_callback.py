@@ -229,3 +229,30 @@ def test_write_json_writes_sorted_indented_json_and_leaves_no_temporary(tmp_path
     assert out.read_text() == json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
     assert out.read_text().index('"a"') < out.read_text().index('"b"')
     assert [p.name for p in tmp_path.iterdir()] == ["eval_after.json"]
+
+
+def test_zero3_parameters_non_main_ranks_and_a_missing_tensorboard(tiny, tmp_path: Path, monkeypatch) -> None:
+    import sys
+    from types import SimpleNamespace
+
+    model, _ = tiny
+
+    class Zero3(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(1))
+            self.weight.ds_id = 0  # what DeepSpeed ZeRO-3 marks a partitioned parameter with
+
+    assert ev._is_sharded(SimpleNamespace(fsdp=""), Zero3()) and not ev._is_sharded(
+        SimpleNamespace(fsdp=""), model
+    )
+    barriers = []
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "barrier", lambda: barriers.append(1))
+    callback = PassAtKCallback([], every_n_steps=1)
+    callback._evaluate(None, SimpleNamespace(global_step=1, is_world_process_zero=False))
+    assert barriers == [1] and callback.history == []  # another rank waits for the main one's evaluation
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # not installed
+    args = SimpleNamespace(report_to=["tensorboard"], output_dir=str(tmp_path))
+    callback._log_tensorboard(args, {"eval/pass@1": 0.5}, 1)
+    assert callback._tb_writer is None

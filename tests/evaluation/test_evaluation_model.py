@@ -770,3 +770,81 @@ def test_a_process_that_hangs_after_its_result_is_killed(monkeypatch) -> None:
     finally:
         for child in multiprocessing.active_children():
             child.kill()
+
+
+def test_processes_split_threads_unevenly_report_a_childs_error_and_refuse_a_distributed_parent(
+    monkeypatch,
+) -> None:
+    import experiments.evaluation.evaluate as evaluation
+    from experiments.evaluation.evaluate import Generation, _generate_in_processes
+
+    def fake(model, tokenizer, share, **kwargs):
+        return Generation(
+            [[str(torch.get_num_threads())]] * len(share), 0, [[False]] * len(share), 0.0, [None]
+        )
+
+    monkeypatch.setattr(evaluation, "_generate", fake)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(7)
+    try:
+        out = _generate_in_processes(None, None, [[1], [2]], processes=2, seed=0, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    assert out.texts == [["3"], ["3"]]  # 7 threads over 2 processes: 3 each
+
+    def fails(*args, **kwargs):
+        raise ValueError("boom")
+
+    monkeypatch.setattr(evaluation, "_generate", fails)
+    with pytest.raises(RuntimeError, match="evaluation process 0 failed: ValueError: boom"):
+        _generate_in_processes(None, None, [[1], [2]], processes=2, seed=0, progress=False)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    with pytest.raises(ValueError, match="torch.distributed is initialised"):
+        _generate_in_processes(None, None, [[1], [2]], processes=2, seed=0, progress=False)
+
+
+def test_long_runs_count_truncation_scores_and_first_samples_past_the_small_ints(
+    tiny, rows3, monkeypatch
+) -> None:
+    _, tok = tiny
+    reward = _stub(monkeypatch, _StubReward())
+    filler = tok("    x = 1\n" * 200, add_special_tokens=False)["input_ids"][:300]
+    answers = {tuple(_prompt_ids(tok, row["prompt"])): filler for row in rows3}
+    # 300 new tokens and 3 x (86 + 1) = 261 completions: numbers CPython does not keep as one object each
+    res = evaluate_model(
+        ScriptedModel(answers, tok.pad_token_id),
+        tok,
+        rows3,
+        n_samples=86,
+        ks=(1,),
+        max_new_tokens=300,
+        progress=False,
+    )
+    assert [p.n_truncated for p in res.problems] == [86, 86, 86] and len(reward.calls[-1][1]) == 261
+
+
+def test_the_first_completion_is_the_first_sample(tiny, rows3, monkeypatch) -> None:
+    model, tok = tiny
+    reward = _stub(monkeypatch, _StubReward())
+    res = evaluate_model(model, tok, rows3, n_samples=3, ks=(1,), temperature=1.0, seed=2, **FAST)
+    completions = reward.calls[-1][1]
+    assert [p.first_completion for p in res.problems] == [completions[4 * i][:400] for i in range(3)]
+    assert any(completions[4 * i] != completions[4 * i + 2] for i in range(3))  # the samples differ
+
+
+def test_eval_kwargs_and_evaluate_to_file_carry_the_config(tiny, rows3, raw3, tmp_path, capfd) -> None:
+    from experiments.evaluation.evaluate import eval_kwargs, evaluate_to_file
+    from experiments.run.config import ExperimentArgs
+
+    exp = ExperimentArgs(eval_n=1, eval_ks=[1], eval_max_new_tokens=24, eval_batch_size=2)
+    assert "generation_kwargs" not in eval_kwargs(exp, 0)
+    assert eval_kwargs(exp, 0, {"top_k": 20})["generation_kwargs"] == {"top_k": 20}
+    _, tok = tiny
+    model = _scripted(tok, rows3, list(raw3["canonical_solution"]))
+    capfd.readouterr()
+    data = evaluate_to_file(model, tok, rows3, exp, 0, tmp_path / "eval_before.json")
+    assert "pass@k sampling" in capfd.readouterr().err  # a progress bar
+    assert json.loads((tmp_path / "eval_before.json").read_text()) == json.loads(
+        json.dumps(data, default=str)
+    )
+    assert data["metrics"]["pass@1"]["value"] == 1.0 and data["n"] == 1
