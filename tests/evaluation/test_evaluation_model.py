@@ -848,3 +848,45 @@ def test_eval_kwargs_and_evaluate_to_file_carry_the_config(tiny, rows3, raw3, tm
         json.dumps(data, default=str)
     )
     assert data["metrics"]["pass@1"]["value"] == 1.0 and data["n"] == 1
+
+
+def test_chat_prompts_end_with_the_generation_prompt_and_get_no_second_bos(tiny) -> None:
+    from experiments.inputs.data import chat_messages
+
+    _, tok = tiny
+
+    class WithBos:  # a tokenizer that prepends a BOS when asked for special tokens
+        def __call__(self, text, add_special_tokens=True):
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            return {"input_ids": ([tok.eos_token_id] if add_special_tokens else []) + ids}
+
+        def __getattr__(self, name):
+            return getattr(tok, name)
+
+    messages = chat_messages("def f(x):\n")
+    text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert text != tok.apply_chat_template(messages, add_generation_prompt=False, tokenize=False)
+    assert _prompt_ids(WithBos(), messages) == tok(text, add_special_tokens=False)["input_ids"]
+
+
+def test_the_progress_bar_clears_itself_and_top_p_of_one_or_more_filters_nothing(
+    tiny, rows3, raw3, monkeypatch
+) -> None:
+    import tqdm.auto
+
+    from experiments.evaluation.evaluate import _TopP
+
+    _, tok = tiny
+    bars = []
+    real = tqdm.auto.tqdm
+
+    def recording(*args, **kwargs):
+        bars.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", recording)
+    model = _recording(tok, rows3, list(raw3["canonical_solution"]))
+    evaluate_model(model, tok, rows3, n_samples=1, ks=(1,), top_p=1.5, **FAST)
+    assert [b["leave"] for b in bars] == [False]  # the one-line results stay on the console, not the bar
+    config, processors = model.configs[-1]
+    assert config.top_p == 1.5 and not any(isinstance(p, _TopP) for p in processors)
