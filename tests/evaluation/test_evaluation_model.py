@@ -413,18 +413,26 @@ def test_generate_is_told_every_eos_the_pad_and_which_top_p_filters(tiny, rows3,
     assert config.pad_token_id == 0 and config.eos_token_id is None
 
 
-def test_reported_seconds_lie_within_the_call(tiny, rows3, raw3, monkeypatch) -> None:
-    import time
+def test_reported_seconds_are_the_clock_differences_around_generation_and_scoring(
+    tiny, rows3, raw3, monkeypatch
+) -> None:
+    from types import SimpleNamespace
+
+    import experiments.evaluation.evaluate as evaluation
 
     _, tok = tiny
     _stub(monkeypatch, _StubReward())
     model = _recording(tok, rows3, list(raw3["canonical_solution"]))
-    for processes in (1, 2):
-        t0 = time.perf_counter()
+    for processes, generation in (
+        (1, 1.0),
+        (2, 0.5),
+    ):  # 2 batches of 2 prompts; or one wait for the processes
+        ticks = iter(range(2000, 3000))  # a clock that moves on 0.5 s at each read, not the wall clock
+        monkeypatch.setattr(
+            evaluation, "time", SimpleNamespace(perf_counter=lambda ticks=ticks: next(ticks) / 2)
+        )
         res = evaluate_model(model, tok, rows3, n_samples=2, ks=(1,), processes=processes, **FAST)
-        wall = time.perf_counter() - t0
-        assert 0 < res.generation_seconds and 0 <= res.scoring_seconds, processes
-        assert res.generation_seconds + res.scoring_seconds <= wall, processes
+        assert (res.generation_seconds, res.scoring_seconds) == (generation, 0.5), processes
 
 
 def test_the_reward_gets_each_completion_in_its_rows_shape_and_must_score_each(
@@ -595,20 +603,9 @@ def test_each_process_gets_its_share_of_threads_no_bar_and_a_death_is_reported(m
     import os
 
     import experiments.evaluation.evaluate as evaluation
-    from experiments.evaluation.evaluate import Generation, _generate_in_processes
+    from experiments.evaluation.evaluate import _generate_in_processes
 
-    def fake(model, tokenizer, share, **kwargs):
-        text = f"{torch.get_num_threads()}|{kwargs['progress']}"
-        return Generation([[text]] * len(share), 0, [[False]] * len(share), 0.0, [None] * len(share))
-
-    monkeypatch.setattr(evaluation, "_generate", fake)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        out = _generate_in_processes(None, None, [[1], [2]], processes=2, seed=0, progress=True)
-    finally:
-        torch.set_num_threads(threads)
-    assert out.texts == [["1|False"], ["1|False"]]
+    assert _threads_and_progress_seen(monkeypatch, threads=2, progress=True) == [["1|False"], ["1|False"]]
     monkeypatch.setattr(evaluation, "_generate", lambda *a, **k: os._exit(3))
     with pytest.raises(RuntimeError, match="evaluation process 0 died without a result"):
         _generate_in_processes(None, None, [[1], [2]], processes=2, seed=0, progress=False)
@@ -776,21 +773,10 @@ def test_processes_split_threads_unevenly_report_a_childs_error_and_refuse_a_dis
     monkeypatch,
 ) -> None:
     import experiments.evaluation.evaluate as evaluation
-    from experiments.evaluation.evaluate import Generation, _generate_in_processes
+    from experiments.evaluation.evaluate import _generate_in_processes
 
-    def fake(model, tokenizer, share, **kwargs):
-        return Generation(
-            [[str(torch.get_num_threads())]] * len(share), 0, [[False]] * len(share), 0.0, [None]
-        )
-
-    monkeypatch.setattr(evaluation, "_generate", fake)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(7)
-    try:
-        out = _generate_in_processes(None, None, [[1], [2]], processes=2, seed=0, progress=False)
-    finally:
-        torch.set_num_threads(threads)
-    assert out.texts == [["3"], ["3"]]  # 7 threads over 2 processes: 3 each
+    # 7 threads over 2 processes: 3 each
+    assert _threads_and_progress_seen(monkeypatch, threads=7, progress=False) == [["3|False"], ["3|False"]]
 
     def fails(*args, **kwargs):
         raise ValueError("boom")
@@ -890,3 +876,21 @@ def test_the_progress_bar_clears_itself_and_top_p_of_one_or_more_filters_nothing
     assert [b["leave"] for b in bars] == [False]  # the one-line results stay on the console, not the bar
     config, processors = model.configs[-1]
     assert config.top_p == 1.5 and not any(isinstance(p, _TopP) for p in processors)
+
+
+def _threads_and_progress_seen(monkeypatch, *, threads: int, progress: bool) -> list[list[str]]:
+    """What each of two processes' `_generate` saw: its torch thread count and its `progress`, as its one text."""
+    import experiments.evaluation.evaluate as evaluation
+    from experiments.evaluation.evaluate import Generation, _generate_in_processes
+
+    def fake(model, tokenizer, share, **kwargs):
+        text = f"{torch.get_num_threads()}|{kwargs['progress']}"
+        return Generation([[text]] * len(share), 0, [[False]] * len(share), 0.0, [None] * len(share))
+
+    monkeypatch.setattr(evaluation, "_generate", fake)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _generate_in_processes(None, None, [[1], [2]], processes=2, seed=0, progress=progress).texts
+    finally:
+        torch.set_num_threads(before)
