@@ -122,6 +122,15 @@ def test_resume_matches_an_uninterrupted_run(
     straight_budget = json.loads((straight / "run.json").read_text())["budget"]
     for key in ("fresh_prompts", "fresh_completions", "tokens_generated", "prompt_sequence_sha256"):
         assert run["budget"][key] == straight_budget[key], key
+    # run.json's figures after the resume: the token count is the whole run's, the rate only this attempt's.
+    straight_run = json.loads((straight / "run.json").read_text())
+    assert run["num_tokens"] == straight_run["num_tokens"] > 0
+    state = json.loads((resumed / "checkpoint-2" / "trainer_state.json").read_text())
+    at_checkpoint = [h["num_tokens"] for h in state["log_history"] if "num_tokens" in h][-1]
+    # TRL counts tokens as it generates: more after the checkpoint only where this attempt generated.
+    assert 0 < at_checkpoint <= run["num_tokens"]
+    assert (at_checkpoint < run["num_tokens"]) == (n_resumed > 0)
+    assert run["tokens_per_s"] == pytest.approx((run["num_tokens"] - at_checkpoint) / run["train_time_s"])
 
     expected, got = _step(straight, 3), _step(resumed, 3)
     # A real update at the compared step (all-zero advantages would make it a no-op that any run matches). Not
