@@ -13,7 +13,7 @@ steps (experiments.run.budget), `output_dir` may hold `{method}`.
 Every problem is a `ConfigError` whose message is one line naming the key, raised before any model is loaded:
 an unknown key here, a value of the wrong type, out of range or in a combination TRL would reject after loading
 the model in experiments.run.validation. Also here, the argv helpers the CLI shares (`split_config_argv`,
-`cli_value`, `flag_keys`, `drop_flags`, `join_negative_values`, TRL's flag names, `overrides_for`).
+`cli_value`, `bool_flag`, `flag_keys`, `drop_flags`, `join_negative_values`, TRL's flag names, `overrides_for`).
 """
 
 from __future__ import annotations
@@ -128,14 +128,28 @@ def _rename_trl_keys(data: dict[str, Any], source: str) -> dict[str, Any]:
     return data
 
 
+def _value_follows(args: Sequence[str], i: int) -> bool:
+    """Whether args[i + 1] is the value of the flag args[i]: there is one and it is no option. argparse reads a
+    `--` token as the next option, and TRL's boolean flags take their value optionally (`--bf16` alone is true)."""
+    return i + 1 < len(args) and not args[i + 1].startswith("--")
+
+
 def cli_value(args: Sequence[str], key: str) -> str | None:
-    """The value of `--key value` / `--key=value` in args, or None."""
+    """The value of `--key value` / `--key=value` in args, or None (also for a bare `--key`)."""
     for i, a in enumerate(args):
-        if a == f"--{key}" and i + 1 < len(args):
+        if a == f"--{key}" and _value_follows(args, i):
             return args[i + 1]
         if a.startswith(f"--{key}="):
             return a.split("=", 1)[1]
     return None
+
+
+def bool_flag(args: Sequence[str], key: str) -> bool | None:
+    """A boolean flag as TRL's parser reads it: None when absent, True for a bare `--key`."""
+    value = cli_value(args, key)
+    if value is not None:
+        return _as_bool(value)
+    return True if f"--{key}" in args else None
 
 
 def _init_fields(cls: type) -> set[str]:
@@ -162,17 +176,17 @@ def _as_bool(value: Any) -> bool:
 
 
 def drop_flags(args: Sequence[str], flags: Mapping[str, bool]) -> list[str]:
-    """args without each `--flag` of `flags`: `--flag value` when `flags[flag]` (it takes a value), or
-    `--flag=value`."""
+    """args without each `--flag` of `flags`: with the value after it when `flags[flag]` (it takes a value) and
+    one follows, or `--flag=value`."""
     out: list[str] = []
     skip = False
-    for a in args:
+    for i, a in enumerate(args):
         if skip:
             skip = False
             continue
         name = a[2:].split("=", 1)[0] if a.startswith("--") else None
         if name in flags:
-            skip = flags[name] and "=" not in a
+            skip = flags[name] and "=" not in a and _value_follows(args, i)
             continue
         out.append(a)
     return out
@@ -283,10 +297,8 @@ def parse_config(
     parser = trl_parser_cls()((ExperimentArgs, config_cls), allow_abbrev=False)
     layered = {**PASSK_TRAINER_DEFAULTS, **dict(spec.defaults), **data}
     if device_free:
-        asked = {
-            k: _as_bool(cli_value(cli, k)) if cli_value(cli, k) is not None else layered.get(k)
-            for k in DEVICE_KEYS
-        }
+        asked = {k: layered.get(k) for k in DEVICE_KEYS}
+        asked.update({k: v for k in DEVICE_KEYS if (v := bool_flag(cli, k)) is not None})
         cli = drop_flags(cli, dict.fromkeys(DEVICE_KEYS, True))
         layered.update(use_cpu=True, bf16=False, fp16=False)
     parser.set_defaults_with_config(**layered)

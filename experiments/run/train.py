@@ -621,7 +621,7 @@ def interrupted_message(args: Sequence[str], cfg: Any) -> str:
             else f"the first save comes at step {cfg.save_steps:g}"
         )
         return f"passk: interrupted; no checkpoint in {out} ({when}), so nothing to resume: run it again with --overwrite"
-    resume = ["passk", "train", *drop_flags(args, {"overwrite": False, "resume": True}), "--resume", "true"]
+    resume = ["passk", "train", *drop_flags(args, {"overwrite": True, "resume": True}), "--resume", "true"]
     return f"passk: interrupted; last checkpoint: {last}; resume with: {shlex.join(resume)}"
 
 

@@ -327,3 +327,46 @@ def test_flag_helpers_read_both_forms() -> None:
         "3",
     ]
     assert join_negative_values(["--x=1", "-2"]) == ["--x=1", "-2"]  # a flag holding its value takes no other
+
+
+def test_a_flag_followed_by_another_flag_has_no_value() -> None:
+    """TRL's boolean flags take their value optionally (`--bf16` alone is true), so the token after a flag is its
+    value only when it is no option: a bare flag must neither read nor drop the next flag."""
+    from experiments.run.argv import bool_flag, cli_value, drop_flags
+
+    args = ["--use_cpu", "--seed", "3", "--resume", "--bf16", "false", "--fp16=true", "--overwrite"]
+    assert cli_value(args, "use_cpu") is None and cli_value(args, "resume") is None
+    assert cli_value(args, "overwrite") is None and cli_value(args, "bf16") == "false"
+    assert [bool_flag(args, k) for k in ("use_cpu", "bf16", "fp16", "overwrite", "resume", "absent")] == [
+        True,
+        False,
+        True,
+        True,
+        True,
+        None,
+    ]
+    assert bool_flag(["--bf16", "yes"], "bf16") is True and bool_flag(["--bf16", "0"], "bf16") is False
+    assert drop_flags(args, {"use_cpu": True, "resume": True, "overwrite": True}) == [
+        "--seed",
+        "3",
+        "--bf16",
+        "false",
+        "--fp16=true",
+    ]
+    assert drop_flags(["--resume", "true", "--seed", "3"], {"resume": True}) == ["--seed", "3"]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--use_cpu", "--seed", "3", "--bf16", "false"],
+        ["--seed", "3", "--bf16", "false", "--use_cpu"],
+        ["--seed", "3", "--use_cpu", "true", "--bf16=false"],
+    ],
+)
+def test_check_reads_a_bare_device_flag_as_true_and_keeps_the_next_flag(flags: list[str]) -> None:
+    from experiments.run.argv import parse_config
+
+    argv = ["--method", "grpo", "--model", "tiny", "--max_steps", "4", "--activation_checkpointing", "false"]
+    exp, cfg = parse_config([*argv, *flags], device_free=True)
+    assert (cfg.seed, cfg.use_cpu, cfg.bf16, cfg.fp16) == (3, True, False, False)
