@@ -264,6 +264,51 @@ TARGETS: dict[str, dict] = {
         "before": [],
         "after": ["tests/trainers/test_trainer_terms.py"],
     },
+    # run.json's content: each figure, the rate after a resume, the fallbacks (a stand-in trainer, no model).
+    "record": {
+        "paths": ["experiments/run/record.py"],
+        "definitions": None,
+        "before": [],
+        "after": ["tests/run/test_record.py"],
+    },
+    # train.py's helpers around a run: the checkpoint resumed from, the budget checks, saves and Ctrl-C at the
+    # end of a generation batch, the resume command, the model's sampling values, the log filters. `_run` itself
+    # (models, trainers) is left to the end-to-end tests.
+    "resume": {
+        "paths": ["experiments/run/train.py"],
+        "definitions": [
+            "apply_model_sampling",
+            "_checkpoint_step",
+            "last_checkpoint",
+            "find_resume_checkpoint",
+            "__init__",
+            "filter",
+            "_at_generation_end",
+            "save_at_generation_ends",
+            "on_step_end",
+            "stop_at_step_end_on_ctrl_c",
+            "on_sigint",
+            "_saved_step",
+            "finished_run",
+            "_check_resume_point",
+            "emit",
+            "open",
+            "close",
+            "interrupted_message",
+        ],
+        "before": [],
+        "after": ["tests/run/test_resume_points.py"],
+    },
+    # The argv helpers' optional values (`cli_value`, `bool_flag`, `drop_flags`) are argv_validation's.
+    # The command line: `passk eval RUN_DIR` reading a run back, train/compare/demo's argument handling, --check
+    # and the help. The end-to-end runs (marked slow) are left to CI; the rest stop before training.
+    "cli": {
+        "paths": ["experiments/run/cli.py"],
+        "definitions": None,
+        "before": [],
+        "after": ["tests/run/test_config_roundtrip.py", "tests/run/test_cli.py", "tests/run/test_cli_edges.py"],
+        "pytest_args": ["-m", "not slow"],
+    },
     "sandbox_verdict": {
         "paths": ["sandbox/_zygote/judge.py", "sandbox/_zygote/__init__.py"],
         # The verdict path: reply frames, the rpc and exec judges, and the mapping to a status and flags.
