@@ -1149,3 +1149,136 @@ def test_one_change_tested_from_the_start_has_its_own_interval_as_the_simultaneo
     tested = _write_run(tmp_path / "b_tested", "b_tested", 0, before, after, None)
     (row,) = build_report([skipped, tested], tmp_path)["from_start"]["pass@1"]["methods"]
     assert row["ci"][0] < row["delta"] < row["ci"][1] and row["simultaneous_ci"] == row["ci"]  # 1 - alpha / 1
+
+
+# ---- report_rest part 2/2's survivors: the later definitions at their edges ------------------------------------
+def test_from_start_goes_on_past_a_method_with_no_eval_before(tmp_path: Path) -> None:
+    untested = _write_run(tmp_path / "a_untested", "a_untested", 0, None, _eval(AFTER_C, AFTER_G), None)
+    tested = _write_run(
+        tmp_path / "b_tested",
+        "b_tested",
+        0,
+        _eval([0] * 30, [False] * 30),
+        _eval([N] * 30, [True] * 30),
+        None,
+    )
+    rows = build_report([untested, tested], tmp_path)["from_start"]["pass@1"]["methods"]
+    assert [r["method"] for r in rows] == ["b_tested"]
+
+
+def test_from_start_goes_on_past_a_metric_no_method_has(tmp_path: Path) -> None:
+    from experiments.report import analysis
+    from experiments.report.runs import load_run
+
+    run = load_run(
+        _write_run(tmp_path / "a", "a", 0, _eval(BEFORE_C, BEFORE_G), _eval(AFTER_C, AFTER_G), None)
+    )
+    got = analysis._from_start([run], ["a"], ["pass@99", "pass@1"])  # no eval has pass@99
+    assert list(got) == ["pass@1"] and got["pass@1"]["methods"][0]["method"] == "a"
+
+
+def test_a_change_of_minus_one_everywhere_is_lowered(tmp_path: Path) -> None:
+    runs = [
+        _write_run(
+            tmp_path / "worse", "worse", 0, _eval([N] * 30, [True] * 30), _eval([0] * 30, [False] * 30), None
+        ),
+        _write_run(tmp_path / "same", "same", 0, _eval(BEFORE_C, BEFORE_G), _eval(BEFORE_C, BEFORE_G), None),
+    ]
+    rows = build_report(runs, tmp_path)["from_start"]["pass@1"]["methods"]
+    worse = next(r for r in rows if r["method"] == "worse")
+    assert worse["delta"] == -1.0 and worse["verdict"] == "lowered"
+
+
+def test_coverage_leaves_out_a_method_missing_a_seeds_eval_after_and_keeps_the_next(tmp_path: Path) -> None:
+    before = _eval(BEFORE_C, BEFORE_G)
+    dirs = [
+        _write_run(tmp_path / "a-0", "a", 0, before, _eval(AFTER_C, AFTER_G), None),
+        _write_run(tmp_path / "a-1", "a", 1, before, None, None),  # this seed has no eval_after.json
+        _write_run(tmp_path / "b-0", "b", 0, before, _eval(AFTER_C, AFTER_G), None),
+    ]
+    coverage = build_report(dirs, tmp_path)["coverage"]
+    assert [m["method"] for m in coverage["methods"]] == ["b"]
+
+
+def test_the_verdict_has_the_headline_metrics_only_in_order(runs: list[Path], tmp_path: Path) -> None:
+    one = build_report(runs[:1], tmp_path)
+    assert one["headline_k"] == 5
+    assert [v["metric"] for v in one["verdict"]] == ["greedy_pass@1", "pass@1", "pass@5"]
+    both = build_report(runs, tmp_path)
+    assert [v["metric"] for v in both["verdict"]] == ["greedy_pass@1", "pass@1", "pass@5"]
+
+
+def _with_settings(ev: dict, **settings: object) -> dict:
+    return {**ev, "settings": {**ev.get("settings", {}), **settings}}
+
+
+def test_a_run_without_eval_before_reports_its_eval_after(tmp_path: Path) -> None:
+    after = _with_settings(
+        _eval(AFTER_C, AFTER_G), temperature=0.7, top_p=0.8, max_new_tokens=33, greedy=False
+    )
+    before = _with_settings(
+        _eval(BEFORE_C, BEFORE_G), temperature=0.2, top_p=0.3, max_new_tokens=11, greedy=True
+    )
+    # a: after only; b: both, which disagree (after is the one the report reads)
+    dirs = [
+        _write_run(tmp_path / "a", "a", 0, None, after, None, config={"eval_temperature": 9.0}),
+        _write_run(tmp_path / "b", "b", 0, before, after, None, config={"eval_temperature": 9.0}),
+    ]
+    report = build_report(dirs, tmp_path)
+    setup = report["setup"]
+    assert (setup["eval_temperature"], setup["eval_top_p"]) == (0.7, 0.8)
+    assert (setup["eval_max_new_tokens"], setup["eval_greedy"]) == (33, False)
+    assert (setup["eval_n"], setup["eval_problems"]) == (N, 30)
+    for row in report["runs"]:
+        assert (row["eval_n"], row["eval_problems"]) == (N, 30), row["label"]
+
+
+def test_a_setting_some_runs_lack_is_shown_per_run(tmp_path: Path) -> None:
+    ev = _eval(AFTER_C, AFTER_G)
+    dirs = [
+        _write_run(tmp_path / "a", "a", 0, ev, ev, None, config={"style": "chat"}),
+        _write_run(tmp_path / "b", "b", 0, ev, ev, None, config={}),
+    ]
+    assert build_report(dirs, tmp_path)["setup"]["style"] == {"a": "chat", "b": None}
+
+
+def _rloo_and_grpo(tmp_path: Path) -> list[Path]:
+    rng = np.random.default_rng(1)
+    ev = _eval(AFTER_C, AFTER_G)
+    return [
+        _write_run(tmp_path / "rloo", "rloo", 0, None, ev, _log_history(40, rng, kl=True, slope=0.2)),
+        _write_run(tmp_path / "grpo", "grpo", 0, None, ev, _log_history(40, rng, kl=True, slope=0.2)),
+    ]
+
+
+def test_rloo_is_left_out_of_the_zero_std_plot_only(tmp_path: Path) -> None:
+    curves = build_report(_rloo_and_grpo(tmp_path), tmp_path)["curves"]
+    for stem in ("reward", "kl", "entropy", "completion_length", "eval_pass_at_1"):
+        assert [s["method"] for s in curves[stem]["series"]] == ["rloo", "grpo"], stem
+    zero_std = curves["frac_reward_zero_std"]
+    assert [s["method"] for s in zero_std["series"]] == ["grpo"]
+    # Left out with its reason, not listed as a method that logs nothing.
+    assert not any(n.startswith("Not logged by") for n in zero_std["notes"])
+    assert any(n.startswith("rloo left out: TRL's RLOOTrainer") for n in zero_std["notes"])
+
+
+def test_the_kl_reason_is_given_for_the_kl_plot_only(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    bare = [{"step": s, "loss": 0.0} for s in range(1, 41)]  # logs none of the curves' keys
+    dirs = [
+        _write_run(tmp_path / "grpo", "grpo", 0, None, None, _log_history(40, rng, kl=True, slope=0.2)),
+        _write_run(tmp_path / "bare", "bare", 0, None, None, bare),
+    ]
+    curves = build_report(dirs, tmp_path)["curves"]
+    kl_note = "Not logged by bare (a method without a KL term logs none), so not drawn for them."
+    plain = "Not logged by bare, so not drawn for them."
+    assert kl_note in curves["kl"]["notes"]
+    for stem in ("reward", "entropy", "completion_length", "frac_reward_zero_std", "eval_pass_at_1"):
+        assert plain in curves[stem]["notes"], stem
+        assert not any("KL term" in n for n in curves[stem]["notes"]), stem
+
+
+def test_no_whiskers_note_for_an_eval_curve_without_intervals(tmp_path: Path) -> None:
+    curve = build_report(_rloo_and_grpo(tmp_path), tmp_path)["curves"]["eval_pass_at_1"]
+    assert all("ci" not in s for s in curve["series"])  # no eval_ci logged and no eval_before
+    assert not any(n.startswith("Whiskers") for n in curve["notes"])

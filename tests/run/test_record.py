@@ -123,8 +123,14 @@ def test_without_a_logged_count_the_trainers_counter_then_zero(tmp_path: Path) -
 
 
 def test_no_rate_without_training_time(tmp_path: Path) -> None:
-    got = _record(tmp_path, _trainer([{"num_tokens": 8.0}]), train_seconds=0.0)
-    assert got["tokens_per_s"] is None
+    for seconds in (0.0, -1.0):  # a clock stepped back gives no rate rather than a negative one
+        got = _record(tmp_path, _trainer([{"num_tokens": 8.0}]), train_seconds=seconds)
+        assert got["tokens_per_s"] is None
+    # Under a second, and a rate that is no whole number.
+    got = _record(tmp_path, _trainer([{"num_tokens": 7.0}]), train_seconds=0.5)
+    assert got["tokens_per_s"] == 14.0
+    got = _record(tmp_path, _trainer([{"num_tokens": 7.0}]), train_seconds=2.0)
+    assert got["tokens_per_s"] == 3.5
     # A run resumed at its end trains nothing: TRL's TrainOutput then has no metrics.
     got = _record(tmp_path, _trainer([{"num_tokens": 8.0}]), train_output=SimpleNamespace(metrics=None))
     assert got["train_runtime_s"] is None
@@ -169,6 +175,9 @@ def test_the_device_is_the_cpu_when_asked_or_when_there_is_no_gpu(
     exp, _ = _configs(tmp_path)
     got = _record(tmp_path, _trainer([]), configs=(exp, cfg))
     assert got["device"] == device
+    # A config without use_cpu (not a TrainingArguments) trains where torch finds a GPU.
+    del cfg.use_cpu
+    assert _record(tmp_path, _trainer([]), configs=(exp, cfg))["device"] == ("cuda" if cuda else "cpu")
 
 
 class _Samples:

@@ -46,6 +46,7 @@ def _configs(out: Path, *extra: str) -> tuple[Any, Any]:
         ("checkpoint-x", "?"),
         ("checkpoint-", "?"),
         ("ckpt-3", "?"),
+        ("12", "?"),  # a resume_from_checkpoint folder of another name: its digits are no step
     ],
 )
 def test_the_step_of_a_checkpoint_folder_is_its_number(name: str, step: str) -> None:
@@ -102,7 +103,7 @@ def test_the_saved_step_is_the_states_global_step_else_zero(tmp_path: Path) -> N
 
 @pytest.mark.parametrize(
     ("step", "max_steps", "refused"),
-    [(4, 6, False), (6, 6, False), (7, 6, True), (9, -1, False), (9, 0, False)],
+    [(4, 6, False), (6, 6, False), (7, 6, True), (9, -1, False), (9, 0, False), (2, 1, True), (1, 1, False)],
 )
 def test_a_checkpoint_past_max_steps_is_refused(
     tmp_path: Path, step: int, max_steps: int, refused: bool
@@ -127,6 +128,9 @@ def test_a_checkpoint_past_max_steps_is_refused(
         ({"global_step": 6}, -1, False),
         ({"global_step": None}, 6, False),
         ({}, 6, False),
+        ({}, 1, False),  # a run.json without a step trained none, even of a one-step budget
+        ({"global_step": 1}, 1, True),
+        ({"global_step": 300}, 300, True),  # past CPython's small ints
     ],
 )
 def test_a_finished_run_is_one_whose_run_json_reached_max_steps(
@@ -143,6 +147,9 @@ def test_a_broken_run_json_is_no_finished_run_and_a_larger_run_is_refused(tmp_pa
     with pytest.raises(ConfigError, match=r"^resume: .* trained 7 steps, past this run's max_steps 6;"):
         train.finished_run(tmp_path, 6)
     assert train.finished_run(tmp_path, 0) is False  # 0: no step budget to be past
+    (tmp_path / "run.json").write_text(json.dumps({"global_step": 2}))
+    with pytest.raises(ConfigError, match=r"past this run's max_steps 1;"):
+        train.finished_run(tmp_path, 1)
 
 
 # ---- saves and stops at the end of a generation batch ------------------------------------------------------
@@ -233,6 +240,47 @@ def test_the_first_ctrl_c_stops_at_the_end_of_the_batch_and_the_second_at_once(
     assert signal.getsignal(signal.SIGINT) is before and trainer.callbacks == []
 
 
+def test_by_default_ctrl_c_stops_at_the_end_of_the_step_in_progress(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    trainer = _Trainer(4, 10)
+    with train.stop_at_step_end_on_ctrl_c(trainer) as callback:
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+        assert "stopping at the end of step 5 " in capsys.readouterr().err
+        control = SimpleNamespace(should_save=False, should_training_stop=False)
+        callback.on_step_end(None, _state(5, 10), control)
+        assert control.should_training_stop and control.should_save
+
+
+class _TwoRanks:
+    """An accelerator of two processes whose other rank asks to stop or not: `reduce` sums the two flags."""
+
+    num_processes = 2
+    device = "cpu"
+
+    def __init__(self, other_asked: bool) -> None:
+        self.other = float(other_asked)
+
+    def reduce(self, tensor: Any, reduction: str) -> Any:
+        assert reduction == "sum"
+        return tensor + self.other
+
+
+@pytest.mark.parametrize(
+    ("here", "there", "stops"),
+    [(False, False, False), (False, True, True), (True, False, True), (True, True, True)],
+)
+def test_every_rank_stops_when_any_rank_was_asked(here: bool, there: bool, stops: bool) -> None:
+    trainer = _Trainer(1, 10)
+    trainer.accelerator = _TwoRanks(there)
+    with train.stop_at_step_end_on_ctrl_c(trainer, 1) as callback:
+        if here:
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+        control = SimpleNamespace(should_save=False, should_training_stop=False)
+        callback.on_step_end(None, _state(2, 10), control)
+    assert (control.should_training_stop, control.should_save, callback.stopped) == (stops, stops, stops)
+
+
 def test_outside_the_main_thread_no_handler_is_set() -> None:
     trainer = _Trainer(0, 4)
     seen: list = []
@@ -254,7 +302,17 @@ def test_the_resume_command_drops_overwrite_and_resume_and_resumes(tmp_path: Pat
     out = tmp_path / "out"
     _whole(out, 2)
     _, cfg = _configs(out)
-    args = ["cpu", "--overwrite", "true", "--resume=false", "--seed", "3", "--overwrite=true"]
+    args = [
+        "cpu",
+        "--overwrite",
+        "true",
+        "--resume=false",
+        "--seed",
+        "3",
+        "--overwrite=true",
+        "--resume",
+        "false",
+    ]
     said = train.interrupted_message(args, cfg)
     assert said == (
         f"passk: interrupted; last checkpoint: {out / 'checkpoint-2'}; "
@@ -342,15 +400,17 @@ def test_the_console_keeps_passks_records_and_everyones_errors(name: str, level:
 
 
 def test_the_tied_weights_filter_keeps_what_it_cannot_read() -> None:
-    class _Model:
+    class _Model:  # torch's named_parameters: a tied tensor once, under its first name, unless remove_duplicate=False
         def named_parameters(self, remove_duplicate: bool = True):
             shared, other = object(), object()
-            return [("embed.weight", shared), ("lm_head.weight", shared), ("norm.weight", other)]
+            named = [("embed.weight", shared), ("lm_head.weight", shared), ("norm.weight", other)]
+            return [named[0], named[2]] if remove_duplicate else named
 
     tied = train.TiedWeightsLoaded(_Model())
     assert tied.tied == {"embed.weight", "lm_head.weight"}
     prefix = train.TiedWeightsLoaded.PREFIX
     assert not tied.filter(_record("t", logging.WARNING, prefix + "['lm_head.weight', 'embed.weight']."))
+    assert not tied.filter(_record("t", logging.WARNING, prefix + "['lm_head.weight']."))  # some of the tied
     assert tied.filter(_record("t", logging.WARNING, prefix + "['lm_head.weight', 'norm.weight']."))
     assert tied.filter(_record("t", logging.WARNING, prefix + "[]."))  # nothing named: nothing to drop
     assert tied.filter(_record("t", logging.WARNING, prefix + "[lm_head.weight"))  # unreadable
@@ -373,6 +433,8 @@ def test_the_run_log_holds_records_until_it_is_opened(tmp_path: Path) -> None:
     finally:
         logger.removeHandler(log)
         log.close()
+    assert log.file.stream is None  # the file was closed
+    train._RunLog().close()  # never opened: nothing to close
     lines = path.read_text().splitlines()
     assert [line.split(" ", 1)[1] for line in lines] == [
         "passk-test.run-log INFO: early",
