@@ -962,6 +962,18 @@ def _pass_at_1_only(
     return ev
 
 
+def _solved_by_training(tmp_path: Path) -> Path:
+    """A run of method b_tested that took every problem from unsolved to solved."""
+    return _write_run(
+        tmp_path / "b_tested",
+        "b_tested",
+        0,
+        _eval([0] * 30, [False] * 30),
+        _eval([N] * 30, [True] * 30),
+        None,
+    )
+
+
 @pytest.mark.parametrize(
     "case", ["after without rows", "before without rows", "after on fewer", "after on more"]
 )
@@ -979,14 +991,7 @@ def test_from_start_leaves_out_a_method_without_paired_rows_and_tests_the_rest(
         "after on more": (_eval(c20, g20, **fewer), _eval(c, g, **full)),
     }[case]
     skipped = _write_run(tmp_path / "a_skipped", "a_skipped", 0, before, after, None)  # listed first
-    tested = _write_run(
-        tmp_path / "b_tested",
-        "b_tested",
-        0,
-        _eval([0] * 30, [False] * 30),
-        _eval([N] * 30, [True] * 30),
-        None,
-    )
+    tested = _solved_by_training(tmp_path)
     rows = build_report([skipped, tested], tmp_path)["from_start"]["pass@1"]
     assert [r["method"] for r in rows["methods"]] == ["b_tested"] and rows["family"] == 1
     (row,) = rows["methods"]
@@ -1154,14 +1159,7 @@ def test_one_change_tested_from_the_start_has_its_own_interval_as_the_simultaneo
 # ---- report_rest part 2/2's survivors: the later definitions at their edges ------------------------------------
 def test_from_start_goes_on_past_a_method_with_no_eval_before(tmp_path: Path) -> None:
     untested = _write_run(tmp_path / "a_untested", "a_untested", 0, None, _eval(AFTER_C, AFTER_G), None)
-    tested = _write_run(
-        tmp_path / "b_tested",
-        "b_tested",
-        0,
-        _eval([0] * 30, [False] * 30),
-        _eval([N] * 30, [True] * 30),
-        None,
-    )
+    tested = _solved_by_training(tmp_path)
     rows = build_report([untested, tested], tmp_path)["from_start"]["pass@1"]["methods"]
     assert [r["method"] for r in rows] == ["b_tested"]
 
