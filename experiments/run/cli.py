@@ -41,6 +41,7 @@ from experiments.errors import USER_ERRORS, CliError, ConfigError
 from experiments.run.argv import (
     cli_value,
     did_you_mean,
+    drop_flags,
     flag_keys,
     join_negative_values,
     load_yaml,
@@ -654,27 +655,10 @@ def _libraries_to(log: Path) -> Iterator[None]:
         yield
 
 
-def _without(args: Sequence[str], *names: str) -> list[str]:
-    """args without `--name`, `--name=value` and `--name value` for each name (a bool flag may come bare)."""
-    out: list[str] = []
-    skip = False
-    for i, a in enumerate(args):
-        if skip:
-            skip = False
-            continue
-        name = a[2:].split("=", 1)[0] if a.startswith("--") else None
-        if name in names:
-            following = args[i + 1] if i + 1 < len(args) else "--"
-            skip = "=" not in a and not following.startswith("--")
-            continue
-        out.append(a)
-    return out
-
-
 def compare_interrupted_message(command: str, argv: Sequence[str], out: Path, stopped: Any) -> str:
     """After Ctrl-C in `passk compare` / `passk demo`: which runs finished, where the others stand, and the command
     that continues the comparison (finished runs kept, the others resumed from their checkpoint or started again)."""
-    kept = _without(argv, "overwrite", "resume", "out")
+    kept = drop_flags(argv, dict.fromkeys(("overwrite", "resume", "out"), True))
     again = ["passk", command, *kept, "--out", str(out), "--resume", "true"]
     done = ", ".join(stopped.done) or "none"
     return (
