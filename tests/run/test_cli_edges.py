@@ -1,0 +1,300 @@
+"""The `passk` command line at its edges, with nothing trained or loaded: a flag missing its value, the launch
+through accelerate, `passk eval`'s unknown options, output path, device and dtype, the help screens' counts
+and cut lines, the interrupted comparison's continue command and the demo's closing lines. The end-to-end runs
+are in test_cli.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from experiments.errors import CliError, ConfigError
+from experiments.run import cli
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# ---- flags -------------------------------------------------------------------------------------------------
+def test_a_flag_pops_with_its_value_in_either_form_and_bare_flags_alone() -> None:
+    args = ["cpu", "--out", "d", "--jobs=2", "--verbose", "--seed", "1"]
+    assert cli._pop_flag(args, "out") == "d" and cli._pop_flag(args, "jobs") == "2"
+    assert cli._pop_flag(args, "verbose", has_value=False) is True
+    assert cli._pop_flag(args, "verbose", has_value=False) is None  # popped once
+    assert args == ["cpu", "--seed", "1"]
+    assert cli._pop_flag(["--verbose=x"], "verbose", has_value=False) is None  # a bare flag takes no value
+    with pytest.raises(TypeError):
+        cli._pop_flag(["--a"], "a", False)  # has_value is keyword-only
+
+
+@pytest.mark.parametrize("args", [["--out"], ["cpu", "--seed", "1", "--out"]])
+def test_a_flag_at_the_end_without_its_value_is_named(args: list[str]) -> None:
+    with pytest.raises(CliError, match=r"^--out needs a value$"):
+        cli._pop_flag(args, "out")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])
+def test_jobs_must_be_a_whole_number_of_at_least_one(value: str) -> None:
+    with pytest.raises(CliError, match=rf"^--jobs: must be a whole number >= 1, got '{re.escape(value)}'$"):
+        cli._jobs(value, 1)
+    assert cli._jobs(None, 3) == 3 and cli._jobs("1", 3) == 1 and cli._jobs(4, 1) == 4
+
+
+# ---- passk train through accelerate -------------------------------------------------------------------------
+def test_train_with_an_accelerate_config_launches_the_module_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    launched: list = []
+    monkeypatch.setattr(cli.subprocess, "call", lambda cmd, env: launched.append((cmd, env)) or 7)
+    argv = ["cpu", "--method", "grpo", "--accelerate_config", "cpu", "--num_processes", "2", "--seed", "5"]
+    assert cli.cmd_train(argv) == 7  # the launcher's own exit code
+    ((cmd, env),) = launched
+    config = str(REPO / "experiments" / "configs" / "cpu.yaml")
+    assert cmd == [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(REPO / "accelerate_configs" / "cpu.yaml"),
+        "--num_processes",
+        "2",
+        "-m",
+        "experiments.train",
+        config,
+        "--method",
+        "grpo",
+        "--seed",
+        "5",
+    ]
+    assert env["PYTHONPATH"].split(":")[0] == str(REPO)
+    assert capsys.readouterr().out == "passk: " + shlex.join(cmd) + "\n"
+
+
+def test_num_processes_needs_an_accelerate_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli.subprocess, "call", lambda *a, **k: pytest.fail("launched"))
+    with pytest.raises(CliError, match=r"^--num_processes needs --accelerate_config$"):
+        cli.cmd_train(["cpu", "--method", "grpo", "--num_processes", "2"])
+
+
+# ---- passk eval ----------------------------------------------------------------------------------------------
+@pytest.fixture
+def evaluated(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """`passk eval`'s loading, data and scoring replaced by recorders: what it was given and where it wrote."""
+    import experiments.evaluation.evaluate as evaluate
+    import experiments.inputs.data as data
+    import experiments.inputs.models as models
+
+    seen: dict[str, Any] = {}
+
+    def load(path: str, dtype: Any, device: Any) -> tuple[Any, Any]:
+        seen.update(path=path, dtype=dtype, device=device)
+        return "net", "tokenizer"
+
+    def score(net: Any, tokenizer: Any, rows: Any, exp: Any, seed: int, out: Path, generation: Any) -> dict:
+        seen.update(rows=rows, out=out, seed=seed, generation=generation)
+        return {"metrics": {"pass@1": {"value": 0.25}}}
+
+    monkeypatch.setattr(models, "load_model_and_tokenizer", load)
+    monkeypatch.setattr(data, "build_datasets", lambda spec: (["train row"], ["eval row"]))
+    monkeypatch.setattr(evaluate, "evaluate_to_file", score)
+    monkeypatch.setattr(
+        models, "model_sampling", lambda path: {"top_k": 7, "min_p": None, "repetition_penalty": None}
+    )
+    return seen
+
+
+def _model(tmp_path: Path) -> Path:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+def test_eval_writes_beside_a_model_folder_and_says_its_metrics(
+    tmp_path: Path, evaluated: dict, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    folder = _model(tmp_path)
+    assert cli.cmd_eval([str(folder), "--device", "cpu"]) == 0
+    out = folder / "eval.json"
+    assert evaluated["out"] == out and evaluated["path"] == str(folder)
+    assert evaluated["rows"] == ["eval row"] and evaluated["generation"] is None
+    written = json.loads(out.read_text())
+    assert (written["model"], written["dtype"], written["device"]) == (str(folder), "float32", "cpu")
+    assert "model_source" not in written  # not a folder passk built
+    assert capsys.readouterr().out.endswith(f"passk: {out}  {{'pass@1': 0.25}}\n")
+
+
+def test_eval_of_a_name_writes_here_and_of_the_train_split_scores_those_rows(
+    tmp_path: Path, evaluated: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import experiments.learnable.warm_start as warm_start
+
+    folder = _model(tmp_path)
+    monkeypatch.setattr(warm_start, "resolve_base_model", lambda name: str(folder))
+    monkeypatch.chdir(tmp_path)
+    assert cli.cmd_eval(["tiny", "--split", "train", "--model_generation_config", "true"]) == 0
+    assert evaluated["out"] == Path("eval.json") and (tmp_path / "eval.json").is_file()
+    assert evaluated["rows"] == ["train row"] and evaluated["generation"] == {"top_k": 7}
+
+
+def test_eval_takes_the_dtype_and_device_asked(
+    tmp_path: Path, evaluated: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    folder = _model(tmp_path)
+    out = tmp_path / "e.json"
+    for dtype, want in (("float32", torch.float32), ("bfloat16", torch.bfloat16), ("auto", torch.float32)):
+        assert cli.cmd_eval([str(folder), "--out", str(out), "--dtype", dtype, "--device", "cpu"]) == 0
+        assert (evaluated["dtype"], evaluated["device"]) == (want, torch.device("cpu")), dtype
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert cli.cmd_eval([str(folder), "--out", str(out)]) == 0  # auto on a GPU machine: cuda in bfloat16
+    assert (evaluated["dtype"], evaluated["device"]) == (torch.bfloat16, torch.device("cuda"))
+    with pytest.raises(ConfigError, match=r"^dtype: must be auto, float32 or bfloat16, got 'half'$"):
+        cli.cmd_eval([str(folder), "--out", str(out), "--dtype", "half"])
+
+
+def test_eval_pins_threads_on_the_cpu_only(
+    tmp_path: Path, evaluated: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    folder, pinned = _model(tmp_path), []
+    monkeypatch.setattr(torch, "set_num_threads", pinned.append)
+    args = [str(folder), "--out", str(tmp_path / "e.json"), "--num_threads", "3"]
+    assert cli.cmd_eval([*args, "--device", "cpu"]) == 0 and pinned == [3]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert cli.cmd_eval([*args, "--device", "cuda"]) == 0 and pinned == [3]  # not again for the GPU
+    assert cli.cmd_eval([*args, "--device", "cpu", "--num_threads", "0"]) == 0 and pinned == [3]
+
+
+def test_eval_refuses_an_unknown_option_naming_the_closest_key(evaluated: dict, tmp_path: Path) -> None:
+    folder = _model(tmp_path)
+    with pytest.raises(ConfigError, match=r"^eval_nn: unknown option '--eval_nn' for passk eval.*'eval_n'"):
+        cli.cmd_eval([str(folder), "--eval_nn", "3"])
+    with pytest.raises(ConfigError, match=r"^split: must be eval or train, got 'test'$"):
+        cli.cmd_eval([str(folder), "--split", "test"])
+
+
+def test_eval_of_a_folder_without_weights_or_checkpoints_is_refused(tmp_path: Path, evaluated: dict) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(
+        CliError, match=r"holds no model \(config\.json / adapter_config\.json\) and no saved"
+    ):
+        cli.cmd_eval([str(tmp_path / "empty")])
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    assert cli._model_folder(str(adapter)) == str(adapter)
+
+
+# ---- help screens ---------------------------------------------------------------------------------------------
+def test_a_help_line_cuts_its_first_sentence_at_100_characters_and_wraps_a_long_flag() -> None:
+    line = cli._help_line("k", 1, "x" * 150 + ". Second.")
+    assert line == f"{'  --k 1':<34} {'x' * 99}…"
+    assert cli._help_line("k", 1, "y" * 100 + ". Second.") == f"{'  --k 1':<34} {'y' * 100}"
+    long = cli._help_line("a_very_long_key_name_indeed", [1, 2], "Text. More.")
+    assert long == f"  --a_very_long_key_name_indeed [1, 2]\n{'':<34} Text"
+
+
+def test_config_help_counts_the_keys_it_does_not_list(capsys: pytest.CaptureFixture[str]) -> None:
+    from experiments.trainers import METHODS
+
+    assert cli.cmd_train(["cpu", "--method", "ppo", "--help"]) == 0
+    said = capsys.readouterr().out
+    listed = said.split("own hyperparameters", 1)[1]
+    flags = {m.group(1) for m in re.finditer(r"^  --(\w+) ", listed, re.MULTILINE)}
+    fields = {f.name for f in dataclasses.fields(METHODS["ppo"].config_cls) if f.init}
+    assert flags <= fields
+    match = re.search(r"^(\d+) more (\w+) keys at TRL / transformers defaults", said, re.MULTILINE)
+    assert match and match.group(2) == METHODS["ppo"].config_cls.__name__
+    assert int(match.group(1)) == len(fields) - len(flags)
+
+
+# ---- comparisons and the demo ---------------------------------------------------------------------------------
+def test_an_interrupted_comparison_says_how_to_continue_it() -> None:
+    stopped = SimpleNamespace(done=["grpo"], left=["ppo", "rloo"])
+    argv = [
+        "cpu",
+        "--overwrite",
+        "--out",
+        "old",
+        "--seeds",
+        "1,2",
+        "--resume=false",
+        "--jobs",
+        "2",
+        "--overwrite",
+        "true",
+    ]
+    said = cli.compare_interrupted_message("compare", argv, Path("runs/x"), stopped)
+    assert said == (
+        "passk compare: interrupted; finished: grpo; not finished: ppo, rloo; continue with: "
+        "passk compare cpu --seeds 1,2 --jobs 2 --out runs/x --resume true"
+    )
+    none = SimpleNamespace(done=[], left=[])
+    assert cli.compare_interrupted_message("demo", [], Path("d"), none) == (
+        "passk demo: interrupted; finished: none; not finished: none; continue with: "
+        "passk demo --out d --resume true"
+    )
+
+
+def test_the_demo_says_how_long_it_took_and_where_its_report_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from experiments.learnable import warm_start
+
+    clock = iter([1000.0, 1042.4])
+    monkeypatch.setattr(cli.time, "time", lambda: next(clock))
+    monkeypatch.setattr(warm_start, "warm_started_model", lambda *a, **k: "warm")
+    monkeypatch.setattr(warm_start, "warm_start_cached", lambda *a, **k: True)
+    monkeypatch.setattr(warm_start, "resolve_base_model", lambda name: "base")
+    monkeypatch.setattr(cli, "compare", lambda config, out, **kw: out / "report.md")
+    assert cli.cmd_demo(["--out", str(tmp_path), "--methods", "grpo,ppo"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2:] == ["passk demo: 2 methods in 42s", f"passk demo: report: {tmp_path / 'report.md'}"]
+    assert lines[0].startswith("passk demo: warm start (") and lines[0].endswith(" SFT steps) from the cache")
+
+
+def test_train_help_shows_the_method_as_a_placeholder_and_a_yaml_by_its_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.cmd_train(["--help"]) == 0
+    said = capsys.readouterr().out
+    assert re.search(r"^  --method M +", said, re.MULTILINE)
+    own = tmp_path / "budget.yaml"
+    own.write_text((REPO / "experiments" / "configs" / "cpu.yaml").read_text())
+    assert cli.cmd_train([str(own), "--help"]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith(f"usage: passk train {own} --method M")  # a file of the user's: its path
+    assert cli.cmd_train(["cpu", "--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: passk train cpu --method M")  # a shipped one: its name
+
+
+def test_methods_all_or_nothing_is_every_method_and_a_list_is_checked() -> None:
+    from experiments.trainers import METHODS
+
+    assert cli.parse_methods("all") == cli.parse_methods(None) == cli.parse_methods("") == list(METHODS)
+    assert cli.parse_methods(" ppo, grpo ,") == ["ppo", "grpo"]
+    with pytest.raises(CliError, match=r"^--methods: a method is listed twice in 'ppo,ppo'$"):
+        cli.parse_methods("ppo,ppo")
+    with pytest.raises(CliError, match=r"^--methods: "):
+        cli.parse_methods("ppo,nope")
+
+
+def test_print_config_takes_show_all_by_keyword_only() -> None:
+    from experiments.run.argv import parse_config
+
+    exp, cfg = parse_config(
+        [str(REPO / "experiments" / "configs" / "cpu.yaml"), "--method", "grpo"], device_free=True
+    )
+    with pytest.raises(TypeError):
+        cli._print_config(exp, cfg, True)
