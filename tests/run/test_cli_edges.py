@@ -129,6 +129,7 @@ def test_eval_writes_beside_a_model_folder_and_says_its_metrics(
     written = json.loads(out.read_text())
     assert (written["model"], written["dtype"], written["device"]) == (str(folder), "float32", "cpu")
     assert "model_source" not in written  # not a folder passk built
+    assert (folder / "eval.log").is_file()  # the libraries' records, beside the result
     assert capsys.readouterr().out.endswith(f"passk: {out}  {{'pass@1': 0.25}}\n")
 
 
@@ -155,6 +156,9 @@ def test_eval_takes_the_dtype_and_device_asked(
     for dtype, want in (("float32", torch.float32), ("bfloat16", torch.bfloat16), ("auto", torch.float32)):
         assert cli.cmd_eval([str(folder), "--out", str(out), "--dtype", dtype, "--device", "cpu"]) == 0
         assert (evaluated["dtype"], evaluated["device"]) == (want, torch.device("cpu")), dtype
+    # auto is bfloat16 on a GPU only: not on another device named (meta sorts after cuda)
+    assert cli.cmd_eval([str(folder), "--out", str(out), "--device", "meta"]) == 0
+    assert (evaluated["dtype"], evaluated["device"]) == (torch.float32, torch.device("meta"))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert cli.cmd_eval([str(folder), "--out", str(out)]) == 0  # auto on a GPU machine: cuda in bfloat16
     assert (evaluated["dtype"], evaluated["device"]) == (torch.bfloat16, torch.device("cuda"))
@@ -259,6 +263,7 @@ def test_the_demo_says_how_long_it_took_and_where_its_report_is(
     monkeypatch.setattr(warm_start, "resolve_base_model", lambda name: "base")
     monkeypatch.setattr(cli, "compare", lambda config, out, **kw: out / "report.md")
     assert cli.cmd_demo(["--out", str(tmp_path), "--methods", "grpo,ppo"]) == 0
+    assert (tmp_path / "logs" / cli.PARENT_LOG).is_file()  # the libraries' records in this process
     lines = capsys.readouterr().out.splitlines()
     assert lines[-2:] == ["passk demo: 2 methods in 42s", f"passk demo: report: {tmp_path / 'report.md'}"]
     assert lines[0].startswith("passk demo: warm start (") and lines[0].endswith(" SFT steps) from the cache")
@@ -298,3 +303,196 @@ def test_print_config_takes_show_all_by_keyword_only() -> None:
     )
     with pytest.raises(TypeError):
         cli._print_config(exp, cfg, True)
+
+
+def test_compare_without_a_budget_file_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "compare", lambda *a, **k: pytest.fail("compared"))
+    with pytest.raises(CliError, match=r"^compare takes one budget file .* got 0 config\(s\)$"):
+        cli.cmd_compare(["--methods", "grpo"])
+    with pytest.raises(CliError, match=r"got 2 config\(s\)$"):
+        cli.cmd_compare(["cpu", "seed", "--methods", "grpo"])
+
+
+def test_a_keys_default_comes_from_its_factory_or_is_missing() -> None:
+    from experiments.run.config import ExperimentArgs
+
+    fields = {f.name: f for f in dataclasses.fields(ExperimentArgs)}
+    assert cli._field_default(fields["eval_ks"]) == ExperimentArgs().eval_ks  # a default_factory
+    assert cli._field_default(fields["split_seed"]) == ExperimentArgs().split_seed
+
+    @dataclasses.dataclass
+    class _Required:
+        x: int
+
+    (required,) = dataclasses.fields(_Required)
+    assert cli._field_default(required) is dataclasses.MISSING
+
+
+@pytest.mark.parametrize("command", [cli.cmd_demo, cli.cmd_compare, cli.cmd_eval])
+def test_help_prints_the_usage_and_runs_nothing(
+    command: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "compare", lambda *a, **k: pytest.fail("ran"))
+    monkeypatch.setattr(cli, "_evaluate", lambda *a, **k: pytest.fail("ran"))
+    for flag in ("-h", "--help"):
+        assert command([flag]) == 0
+        assert capsys.readouterr().out.startswith("usage: passk ")
+
+
+# ---- the rest of each command's options -------------------------------------------------------------------
+def test_a_value_holding_an_equals_sign_is_kept_whole() -> None:
+    assert cli._pop_flag(["--out=a=b"], "out") == "a=b"
+
+
+def test_train_says_where_the_run_went_or_how_to_resume_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from experiments.run import train
+
+    monkeypatch.setattr(train, "run", lambda exp, cfg: Path("runs/x"))
+    assert cli.cmd_train(["cpu", "--method", "grpo"]) == 0
+    assert capsys.readouterr().out.endswith("passk: run written to runs/x\n")
+
+    def interrupted(exp: Any, cfg: Any) -> Path:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "run", interrupted)
+    monkeypatch.setattr(train, "interrupted_message", lambda args, cfg: f"told {args}")
+    assert cli.cmd_train(["cpu", "--method", "grpo"]) == 130
+    assert capsys.readouterr().err == "told ['cpu', '--method', 'grpo']\n"  # the command as typed
+
+
+def test_check_states_the_budget_and_where_sampling_comes_from(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.cmd_train(["demo", "--method", "grpo", "--check"]) == 0
+    said = capsys.readouterr().out
+    assert re.search(r"^# budget: 320 fresh prompts, max_steps \d+, \d+ completions per prompt$", said, re.M)
+    assert "# sampling:" not in said
+    args = ["cpu", "--method", "grpo", "--check", "--budget_prompts", "0", "--max_steps", "6"]
+    args += ["--model_generation_config", "true"]
+    assert cli.cmd_train(args) == 0
+    said = capsys.readouterr().out
+    assert re.search(r"^# budget: max_steps 6, \d+ completions per prompt$", said, re.M)
+    assert (
+        "# sampling: top_k, min_p and repetition_penalty are read from the model's generation_config" in said
+    )
+
+
+def test_a_help_value_is_shown_as_json_for_lists_and_dicts_only() -> None:
+    assert cli._help_line("k", {"a": 1}, "T").split()[:2] == ["--k", '{"a":']
+    assert cli._help_line("k", "M", "T").split()[:2] == ["--k", "M"]
+
+
+def test_the_methods_help_shows_each_methods_defaults_or_its_paper() -> None:
+    from experiments.trainers import METHODS
+
+    lines = cli._methods_help()[1:]
+    assert len(lines) == len(METHODS)
+    for line, (name, spec) in zip(lines, METHODS.items()):
+        defining = ", ".join(f"{k}={v}" for k, v in spec.defaults.items())
+        assert line.split()[:2] == [name, spec.trainer_cls.__name__]
+        assert line.endswith(defining or spec.paper.split(",")[0]), line
+    assert any(spec.defaults for spec in METHODS.values()) and any(not s.defaults for s in METHODS.values())
+
+
+def test_help_of_the_gpu_budget_file_works_on_any_machine(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.cmd_train(["seed", "--help"]) == 0
+    assert cli.cmd_train(["seed", "--method", "grpo", "--help"]) == 0
+    assert "usage: passk train seed" in capsys.readouterr().out
+
+
+def test_config_help_lists_the_keys_passk_sets_and_max_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    from experiments.run.config import PASSK_TRAINER_DEFAULTS
+
+    assert cli.cmd_train(["cpu", "--method", "grpo", "--help"]) == 0
+    listed = capsys.readouterr().out.split("keys cpu or passk sets", 1)[1]
+    flags = {m.group(1) for m in re.finditer(r"^  --(\w+) ", listed, re.MULTILINE)}
+    assert {"max_steps", *PASSK_TRAINER_DEFAULTS} <= flags
+
+
+def test_eval_without_arguments_prints_its_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.cmd_eval([]) == 0 and capsys.readouterr().out.startswith("usage: passk eval MODEL")
+    assert cli.cmd_compare([]) == 0 and capsys.readouterr().out.startswith("usage: passk compare CONFIG")
+
+
+def test_eval_takes_no_abbreviated_option(tmp_path: Path, evaluated: dict) -> None:
+    with pytest.raises(ConfigError, match=r"^eval_temp: unknown option '--eval_temp'"):
+        cli.cmd_eval([str(_model(tmp_path)), "--eval_temp", "0.5"])
+
+
+def test_eval_names_the_config_file_whose_value_has_the_wrong_type(tmp_path: Path, evaluated: dict) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("eval_n: [1, 2]\n")
+    with pytest.raises(ConfigError, match=re.escape(str(config))):
+        cli.cmd_eval([str(_model(tmp_path)), "--config", str(config)])
+
+
+def test_eval_makes_the_output_folder_and_writes_sorted_keys(tmp_path: Path, evaluated: dict) -> None:
+    import json
+
+    out = tmp_path / "a" / "b" / "e.json"
+    assert cli.cmd_eval([str(_model(tmp_path)), "--out", str(out), "--device", "cpu"]) == 0
+    keys = list(json.loads(out.read_text()))
+    assert keys == sorted(keys) and keys != list(reversed(keys))
+
+
+def test_compare_takes_bare_switches_and_keeps_the_next_option() -> None:
+    configs, opts, rest = cli._parse_compare(["cpu", "--in_process", "--verbose", "--seed", "3", "--lr", "1"])
+    assert configs == ["cpu"] and rest == ["--lr", "1"]
+    assert (opts["in_process"], opts["verbose"], opts["seed"], opts["jobs"]) == (True, True, "3", 1)
+
+
+def _demo(monkeypatch: pytest.MonkeyPatch) -> dict:
+    from experiments.learnable import warm_start
+
+    seen: dict = {}
+    monkeypatch.setattr(warm_start, "warm_started_model", lambda *a, **k: "warm")
+    monkeypatch.setattr(warm_start, "warm_start_cached", lambda *a, **k: False)
+    monkeypatch.setattr(warm_start, "resolve_base_model", lambda name: "base")
+    monkeypatch.setattr(cli, "compare", lambda config, out, **kw: seen.update(out=out, **kw) or out / "r.md")
+    return seen
+
+
+@pytest.mark.parametrize(("cores", "jobs"), [(4, 2), (1, 1), (None, 1)])
+def test_the_demo_runs_two_at_a_time_where_there_are_two_cores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int | None, jobs: int
+) -> None:
+    seen = _demo(monkeypatch)
+    monkeypatch.setattr(cli.os, "cpu_count", lambda: cores)
+    out = tmp_path / "new" / "demo"  # its parents made too
+    assert cli.cmd_demo(["--out", str(out), "--in_process", "--verbose", "--methods", "grpo"]) == 0
+    assert (seen["jobs"], seen["in_process"], seen["verbose"], seen["methods"]) == (
+        jobs,
+        True,
+        True,
+        ["grpo"],
+    )
+    assert (out / "logs" / cli.PARENT_LOG).is_file()
+
+
+def test_an_interrupted_demo_says_how_to_continue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from experiments.run.compare import ComparisonInterrupted
+
+    _demo(monkeypatch)
+
+    def stopped(*a: Any, **k: Any) -> Path:
+        raise ComparisonInterrupted(["grpo"], ["ppo"])
+
+    monkeypatch.setattr(cli, "compare", stopped)
+    assert cli.cmd_demo(["--out", str(tmp_path), "--methods", "grpo,ppo"]) == 130
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "passk demo: interrupted; finished: grpo; not finished: ppo; continue with: passk demo"
+    )
+
+
+def test_main_turns_ctrl_c_into_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(argv: Any) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(cli.COMMANDS, "eval", interrupted)
+    assert cli.main(["eval", "x"]) == 130
+    assert capsys.readouterr().err == "passk eval: interrupted\n"
