@@ -496,3 +496,98 @@ def test_main_turns_ctrl_c_into_exit_130(
     monkeypatch.setitem(cli.COMMANDS, "eval", interrupted)
     assert cli.main(["eval", "x"]) == 130
     assert capsys.readouterr().err == "passk eval: interrupted\n"
+
+
+# ---- the survivors of the first cli run that the tests above do not reach -------------------------------------
+def test_a_first_sentence_of_101_characters_is_cut() -> None:
+    assert cli._help_line("k", 1, "z" * 101).endswith("z" * 99 + "…")
+
+
+def test_the_budget_files_help_keeps_90_characters_of_each_files_first_comment() -> None:
+    from experiments.run.config import shipped_configs
+
+    lines = cli._configs_help()[1:]
+    for line, path in zip(lines, shipped_configs(), strict=True):
+        first = next(ln.lstrip("# ").strip() for ln in path.read_text().splitlines() if ln.startswith("#"))
+        assert len(first) > 90  # every shipped file's comment is cut here
+        assert line == f"  {path.stem:<18} {first[:90]}"
+
+
+def test_only_the_method_is_shown_as_a_placeholder() -> None:
+    lines = cli._passk_keys_help(None)
+    assert any(re.match(r"  --method M +", line) for line in lines)
+    assert any(re.match(r"  --system_prompt None +", line) for line in lines)  # another key without a value
+
+
+def test_config_help_reads_the_method_from_the_file_when_not_given(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli.cmd_train(["cpu", "--seed", "3", "--help"]) == 0
+    said = capsys.readouterr().out
+    assert (
+        said.startswith("usage: passk train cpu --method M")
+        and "The trainer's keys depend on the method" in said
+    )
+
+
+def test_passk_evals_own_seed_defaults_to_0() -> None:
+    assert cli.EvalArgs().seed == 0 and cli.EvalArgs().split == "eval"
+
+
+def test_eval_json_is_indented_by_two(tmp_path: Path, evaluated: dict) -> None:
+    out = tmp_path / "e.json"
+    assert cli.cmd_eval([str(_model(tmp_path)), "--out", str(out), "--device", "cpu"]) == 0
+    assert out.read_text().splitlines()[1].startswith('  "') and not out.read_text().splitlines()[
+        1
+    ].startswith("   ")
+
+
+def test_compare_names_the_first_seed_that_is_no_integer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cli, "compare", lambda *a, **k: pytest.fail("compared"))
+    with pytest.raises(CliError, match=r"^--seeds: 'x' is not an integer$"):
+        cli.cmd_compare(["cpu", "--seeds", "1,x,y"])
+
+
+def test_an_interrupted_compare_exits_130_saying_how_to_continue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from experiments.run.compare import ComparisonInterrupted
+
+    def stopped(*a: Any, **k: Any) -> Path:
+        raise ComparisonInterrupted([], ["grpo"])
+
+    monkeypatch.setattr(cli, "compare", stopped)
+    assert cli.cmd_compare(["cpu", "--methods", "grpo", "--out", str(tmp_path)]) == 130
+    assert capsys.readouterr().err.startswith(
+        "passk compare: interrupted; finished: none; not finished: grpo;"
+    )
+
+
+def test_the_demo_builds_its_warm_start_with_the_overrides_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen = _demo(monkeypatch)
+    assert cli.cmd_demo(["--out", str(tmp_path), "--methods", "grpo", "--warm_start_steps", "7"]) == 0
+    assert (
+        "passk demo: building the warm start (7 SFT steps; cached for later runs)" in capsys.readouterr().out
+    )
+    assert seen["overrides"] == ["--warm_start_steps", "7"]
+
+
+def test_main_help_lists_each_command_and_the_whole_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--help"]) == 0
+    said = capsys.readouterr().out
+    assert (
+        "train one method (--method) on a budget file" in said and "pass@k of a model, run directory" in said
+    )
+    assert said.rstrip().endswith(
+        cli.__doc__.strip().splitlines()[-1].strip()
+    )  # the docstring's last paragraph
+
+
+def test_main_names_an_unknown_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["nope", "x"]) == 2
+    assert (
+        "passk: error: unknown command 'nope'; choose one of train, eval, compare, demo"
+        in capsys.readouterr().err
+    )
