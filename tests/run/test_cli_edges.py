@@ -162,6 +162,10 @@ def test_eval_takes_the_dtype_and_device_asked(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert cli.cmd_eval([str(folder), "--out", str(out)]) == 0  # auto on a GPU machine: cuda in bfloat16
     assert (evaluated["dtype"], evaluated["device"]) == (torch.bfloat16, torch.device("cuda"))
+    assert (
+        cli.cmd_eval([str(folder), "--out", str(out), "--device", "cpu"]) == 0
+    )  # the CPU asked, beside a GPU
+    assert (evaluated["dtype"], evaluated["device"]) == (torch.float32, torch.device("cpu"))
     with pytest.raises(ConfigError, match=r"^dtype: must be auto, float32 or bfloat16, got 'half'$"):
         cli.cmd_eval([str(folder), "--out", str(out), "--dtype", "half"])
 
@@ -177,6 +181,7 @@ def test_eval_pins_threads_on_the_cpu_only(
     assert cli.cmd_eval([*args, "--device", "cpu"]) == 0 and pinned == [3]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert cli.cmd_eval([*args, "--device", "cuda"]) == 0 and pinned == [3]  # not again for the GPU
+    assert cli.cmd_eval(args) == 0 and pinned == [3]  # nor for auto, which takes the GPU
     assert cli.cmd_eval([*args, "--device", "cpu", "--num_threads", "0"]) == 0 and pinned == [3]
 
 
@@ -503,6 +508,17 @@ def test_a_first_sentence_of_101_characters_is_cut() -> None:
     assert cli._help_line("k", 1, "z" * 101).endswith("z" * 99 + "…")
 
 
+def test_a_flag_as_wide_as_the_column_goes_on_its_own_line() -> None:
+    flag = "  --" + "w" * 28 + " 1"  # 34 characters, the column's width
+    assert cli._help_line("w" * 28, 1, "T") == f"{flag}\n{'':<34} T"
+    assert cli._help_line("w" * 27, 1, "T") == f"{'  --' + 'w' * 27 + ' 1':<34} T"
+
+
+def test_a_flag_without_its_value_is_named_past_256_arguments() -> None:
+    with pytest.raises(CliError, match=r"^--out needs a value$"):
+        cli._pop_flag([*(["x"] * 300), "--out"], "out")
+
+
 def test_the_budget_files_help_keeps_90_characters_of_each_files_first_comment() -> None:
     from experiments.run.config import shipped_configs
 
@@ -516,7 +532,9 @@ def test_the_budget_files_help_keeps_90_characters_of_each_files_first_comment()
 def test_only_the_method_is_shown_as_a_placeholder() -> None:
     lines = cli._passk_keys_help(None)
     assert any(re.match(r"  --method M +", line) for line in lines)
-    assert any(re.match(r"  --system_prompt None +", line) for line in lines)  # another key without a value
+    # the other keys without a value, named on either side of "method"
+    assert any(re.match(r"  --system_prompt None +", line) for line in lines)
+    assert any(re.match(r"  --lora_target_modules None +", line) for line in lines)
 
 
 def test_config_help_reads_the_method_from_the_file_when_not_given(
