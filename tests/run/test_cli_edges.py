@@ -609,3 +609,66 @@ def test_main_names_an_unknown_command(capsys: pytest.CaptureFixture[str]) -> No
         "passk: error: unknown command 'nope'; choose one of train, eval, compare, demo"
         in capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize("order", ["ppo,grpo", "grpo,ppo"])
+def test_the_demo_parses_its_first_method_with_that_methods_overrides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, order: str
+) -> None:
+    seen = _demo(monkeypatch)
+    assert (
+        cli.cmd_demo(["--out", str(tmp_path), "--methods", order, "--lam", "0.9"]) == 0
+    )  # --lam: ppo's only
+    assert seen["methods"] == order.split(",")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["eval", "MODEL", "--help"],
+        ["compare", "cpu", "--methods", "grpo", "--help"],
+        ["demo", "--methods", "grpo", "--help"],
+    ],
+)
+def test_a_help_after_the_arguments_lists_every_key(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import experiments.run.progress
+
+    monkeypatch.setattr(experiments.run.progress, "run_children", lambda *a, **k: pytest.fail("ran"))
+    monkeypatch.setattr(cli, "_evaluate", lambda *a, **k: pytest.fail("evaluated"))
+    if argv[0] == "demo":
+        _demo(monkeypatch)
+    if argv[0] == "eval":
+        argv = ["eval", str(_model(tmp_path)), "--help"]
+    if argv[0] == "compare":
+        argv = [*argv[:-1], "--out", str(tmp_path / "c"), "--help"]
+    with pytest.raises(SystemExit) as stopped:  # argparse's own help of the keys, then exit 0
+        cli.COMMANDS[argv[0]](argv[1:])
+    assert stopped.value.code == 0 and "--eval_n" in capsys.readouterr().out
+
+
+def test_config_help_of_a_users_file_with_a_method_shows_its_path(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    own = tmp_path / "budget.yaml"
+    own.write_text((REPO / "experiments" / "configs" / "cpu.yaml").read_text())
+    assert cli.cmd_train([str(own), "--method", "grpo", "--help"]) == 0
+    assert capsys.readouterr().out.startswith(f"usage: passk train {own} --method M")
+
+
+def test_an_unknown_option_given_with_its_value_is_named_by_its_key(tmp_path: Path, evaluated: dict) -> None:
+    with pytest.raises(ConfigError, match=r"^eval_nn: unknown option '--eval_nn=3' for passk eval"):
+        cli.cmd_eval([str(_model(tmp_path)), "--eval_nn=3"])
+
+
+def test_eval_pins_threads_by_default_on_a_machine_without_a_gpu(
+    tmp_path: Path, evaluated: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    pinned: list = []
+    monkeypatch.setattr(torch, "set_num_threads", pinned.append)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.cmd_eval([str(_model(tmp_path)), "--out", str(tmp_path / "e.json"), "--num_threads", "2"]) == 0
+    assert pinned == [2]
