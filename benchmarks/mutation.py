@@ -306,7 +306,11 @@ TARGETS: dict[str, dict] = {
         "paths": ["experiments/run/cli.py"],
         "definitions": None,
         "before": [],
-        "after": ["tests/run/test_config_roundtrip.py", "tests/run/test_cli.py", "tests/run/test_cli_edges.py"],
+        "after": [
+            "tests/run/test_config_roundtrip.py",
+            "tests/run/test_cli.py",
+            "tests/run/test_cli_edges.py",
+        ],
         "pytest_args": ["-m", "not slow"],
     },
     "sandbox_verdict": {
