@@ -672,3 +672,18 @@ def test_eval_pins_threads_by_default_on_a_machine_without_a_gpu(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert cli.cmd_eval([str(_model(tmp_path)), "--out", str(tmp_path / "e.json"), "--num_threads", "2"]) == 0
     assert pinned == [2]
+
+
+def test_a_users_file_beside_no_shipped_one_is_shown_by_its_path_wherever_it_sorts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import experiments.run.config as config
+
+    cpu = (REPO / "experiments" / "configs" / "cpu.yaml").read_text()
+    shipped, own = tmp_path / "z_shipped" / "cpu.yaml", tmp_path / "a_user" / "budget.yaml"
+    for path in (shipped, own):
+        path.parent.mkdir()
+        path.write_text(cpu)
+    monkeypatch.setattr(config, "shipped_configs", lambda: [shipped])
+    assert cli.cmd_train([str(own), "--help"]) == 0  # its folder sorts before the shipped one's
+    assert capsys.readouterr().out.startswith(f"usage: passk train {own} --method M")
