@@ -19,6 +19,7 @@ from experiments.errors import CliError, ConfigError
 from experiments.run import cli
 
 REPO = Path(__file__).resolve().parents[2]
+CPU_YAML = REPO / "experiments" / "configs" / "cpu.yaml"
 
 
 # ---- flags -------------------------------------------------------------------------------------------------
@@ -55,7 +56,7 @@ def test_train_with_an_accelerate_config_launches_the_module_and_says_so(
     argv = ["cpu", "--method", "grpo", "--accelerate_config", "cpu", "--num_processes", "2", "--seed", "5"]
     assert cli.cmd_train(argv) == 7  # the launcher's own exit code
     ((cmd, env),) = launched
-    config = str(REPO / "experiments" / "configs" / "cpu.yaml")
+    config = str(CPU_YAML)
     assert cmd == [
         sys.executable,
         "-m",
@@ -281,7 +282,7 @@ def test_train_help_shows_the_method_as_a_placeholder_and_a_yaml_by_its_path(
     said = capsys.readouterr().out
     assert re.search(r"^  --method M +", said, re.MULTILINE)
     own = tmp_path / "budget.yaml"
-    own.write_text((REPO / "experiments" / "configs" / "cpu.yaml").read_text())
+    own.write_text(CPU_YAML.read_text())
     assert cli.cmd_train([str(own), "--help"]) == 0
     said = capsys.readouterr().out
     assert said.startswith(f"usage: passk train {own} --method M")  # a file of the user's: its path
@@ -303,9 +304,7 @@ def test_methods_all_or_nothing_is_every_method_and_a_list_is_checked() -> None:
 def test_print_config_takes_show_all_by_keyword_only() -> None:
     from experiments.run.argv import parse_config
 
-    exp, cfg = parse_config(
-        [str(REPO / "experiments" / "configs" / "cpu.yaml"), "--method", "grpo"], device_free=True
-    )
+    exp, cfg = parse_config([str(CPU_YAML), "--method", "grpo"], device_free=True)
     with pytest.raises(TypeError):
         cli._print_config(exp, cfg, True)
 
@@ -652,7 +651,7 @@ def test_config_help_of_a_users_file_with_a_method_shows_its_path(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     own = tmp_path / "budget.yaml"
-    own.write_text((REPO / "experiments" / "configs" / "cpu.yaml").read_text())
+    own.write_text(CPU_YAML.read_text())
     assert cli.cmd_train([str(own), "--method", "grpo", "--help"]) == 0
     assert capsys.readouterr().out.startswith(f"usage: passk train {own} --method M")
 
@@ -679,7 +678,7 @@ def test_a_users_file_beside_no_shipped_one_is_shown_by_its_path_wherever_it_sor
 ) -> None:
     import experiments.run.config as config
 
-    cpu = (REPO / "experiments" / "configs" / "cpu.yaml").read_text()
+    cpu = CPU_YAML.read_text()
     shipped, own = tmp_path / "z_shipped" / "cpu.yaml", tmp_path / "a_user" / "budget.yaml"
     for path in (shipped, own):
         path.parent.mkdir()
