@@ -356,6 +356,15 @@ def test_a_flag_followed_by_another_flag_has_no_value() -> None:
     assert drop_flags(["--resume", "true", "--seed", "3"], {"resume": True}) == ["--seed", "3"]
 
 
+def test_a_bare_flag_ends_a_command_line_of_any_length() -> None:
+    """A bare flag last has no value whatever the command line's length (a sweep's overrides can run long)."""
+    from experiments.run.argv import bool_flag, cli_value, drop_flags
+
+    args = [f"--k{i}={i}" for i in range(300)] + ["--overwrite"]
+    assert cli_value(args, "overwrite") is None and bool_flag(args, "overwrite") is True
+    assert drop_flags(args, {"overwrite": True}) == args[:-1]
+
+
 @pytest.mark.parametrize(
     "flags",
     [
