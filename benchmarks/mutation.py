@@ -586,7 +586,8 @@ def run_module(
         chosen = {k for k, _ in random.Random(seed).sample(pool, min(sample, len(pool)))}
     k, n = part  # part k of n: every n-th of the chosen keys in sorted order, from the k-th
     chosen = set(sorted(chosen)[k - 1 :: n])
-    survivors, killed, timeouts, n_run, incompetent = [], 0, 0, 0, []
+    survivors, killed, n_run, incompetent = [], 0, 0, []
+    timed_out: list[str] = []  # killed by hanging past --timeout: listed, so a reader can check each hang
     killed_by: dict[str, str] = {}  # --fork: each killed mutant's first failing test
     t0 = time.time()
     lines, sources, n_selected, n_confirmed = None, {}, 0, 0
@@ -641,7 +642,7 @@ def run_module(
                     continue
                 n_run += 1
                 if result.worker_outcome == WorkerOutcome.ABNORMAL:  # the tests hung: cosmic-ray's timeout
-                    timeouts += 1
+                    timed_out.append(spec_key(m))
                     killed += 1
                 elif (
                     result.test_outcome == TestOutcome.SURVIVED
@@ -668,7 +669,8 @@ def run_module(
         "equivalent": n_equivalent,
         "incompetent": incompetent,  # mutants cosmic-ray could not apply: not run, not counted  # survivors no test can tell from the original (never counted as killed)
         "score_non_equivalent": killed / (n_run - n_equivalent) if n_run > n_equivalent else None,
-        "timeouts": timeouts,
+        "timeouts": len(timed_out),
+        "timed_out": sorted(timed_out),
         "survived": len(survivors),
         "score": killed / n_run if n_run else None,
         "candidates": len(pool),

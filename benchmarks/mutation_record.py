@@ -65,6 +65,7 @@ def record(args: argparse.Namespace) -> dict:
         "tests": args.tests or m1.get("tests", []),
         "killed_first_run": m1["killed"],
         "timeouts": m1.get("timeouts", 0),
+        "timed_out": m1.get("timed_out", []),  # their keys (runs before 2026-12-05 did not list them)
         "incompetent": m1.get("incompetent", []),  # mutants cosmic-ray's operator could not apply: not run
         "killed_after_rerun": killed_after,
         "equivalent": equivalent,
