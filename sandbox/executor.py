@@ -498,13 +498,21 @@ class _Pool:
             if not w.inflight or frame.get("id") != w.inflight[0][0]:
                 self._fault(sel, w, "the worker answered out of order")
                 return
+            frame.pop("id", None)
+            try:
+                frame["flags"] = tuple(frame.get("flags", ()))
+                if "cases" in frame:
+                    frame["cases"] = tuple(frame["cases"])
+                result = Result.of(frame.pop("status"), **frame)
+            except (KeyError, TypeError, ValueError) as e:
+                # Before the task leaves inflight: _fault answers it, where a lost future would hang its caller.
+                self._fault(
+                    sel, w, f"the worker sent a result the protocol does not allow ({type(e).__name__}: {e})"
+                )
+                return
             _, task, future = w.inflight.popleft()
             w.head_since = time.monotonic()
-            frame.pop("id", None)
-            frame["flags"] = tuple(frame.get("flags", ()))
-            if "cases" in frame:
-                frame["cases"] = tuple(frame["cases"])
-            future.set_result(Result.of(frame.pop("status"), **frame))
+            future.set_result(result)
 
     def _timeout(self) -> float | None:
         """Seconds until the earliest moment a worker could be declared dead."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from pathlib import Path
 
 import rewards.metrics
@@ -55,3 +56,35 @@ def test_one_list_of_statuses_and_flags():
     assert rewards.metrics.FORGED_EXIT_FLAGS == frozenset(FLAGS)
     for flag in FLAGS:
         assert f"`{flag}`" in PROTOCOL, flag
+
+
+# A stand-in zygote (the pool's `python`): says hello, then answers each task with the status its program names.
+STAND_IN_ZYGOTE = """\
+import json, os, struct
+def send(obj):
+    data = json.dumps(obj).encode()
+    os.write(1, struct.pack(">I", len(data)) + data)
+send({"hello": {"layers": {"non_dumpable": True}}})
+buf = b""
+while chunk := os.read(0, 1 << 16):
+    buf += chunk
+    while len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">I", buf[:4])[0]:
+        n = struct.unpack(">I", buf[:4])[0]
+        for task in json.loads(buf[4 : 4 + n]):
+            send({"id": task["id"], "status": task["program"], "flags": []})
+        buf = buf[4 + n :]
+"""
+
+
+def test_a_result_off_the_protocol_answers_its_task_and_the_pool_goes_on(tmp_path):
+    """A worker's result the host cannot read (here a status it does not know) is that task's sandbox_error and
+    a restart of the worker, never a future left unanswered: its caller would wait forever."""
+    fake = tmp_path / "zygote"
+    fake.write_text(f"#!{sys.executable}\n{STAND_IN_ZYGOTE}")
+    fake.chmod(0o755)
+    with Sandbox(n_workers=1, python=str(fake), timeout=1.0) as box:
+        bad = box.submit("no_such_status", "", mode="exec").result(timeout=30)
+        assert bad.status is Status.SANDBOX_ERROR and "no_such_status" in bad.message, bad
+        assert "the protocol does not allow" in bad.message, bad
+        good = box.submit("passed", "", mode="exec").result(timeout=30)
+        assert good.status is Status.PASSED and good.passed, good
