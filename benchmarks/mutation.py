@@ -341,6 +341,14 @@ TARGETS: dict[str, dict] = {
         "before": ["tests/sandbox/test_sandbox.py"],
         "after": ["tests/sandbox/test_sandbox_verdicts.py"],
     },
+    # The stdin/stdout judge: compile in the case server, stream each case's input, read its output, the case's
+    # verdict. Its tests start sandboxes too, so every test file runs for every mutant.
+    "stdio_judge": {
+        "paths": ["sandbox/_zygote/stdio_judge.py"],
+        "definitions": None,
+        "before": [],
+        "after": ["tests/sandbox/test_sandbox_stdio.py", "tests/sandbox/test_sandbox_stdio_judge.py"],
+    },
 }
 SKIP_OPERATORS = ("BitOr", "BitAnd", "BitXor", "LShift", "RShift", "_Pow", "_Mod", "Binary_Pow")
 
