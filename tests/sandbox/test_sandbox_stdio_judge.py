@@ -280,3 +280,86 @@ def test_outputs_are_compared_after_the_last_case(monkeypatch, stop_on_failure):
     status, _ = zygote.judge_stdio(FakeRun(), task, verdict)
     assert status == "passed" and verdict.cases == ["passed"] * 5
     assert events == (["run", "compare"] * 5 if stop_on_failure else ["run"] * 5 + ["compare"] * 5)
+
+
+def test_outputs_held_past_the_bound_are_compared_before_the_next_case(monkeypatch):
+    """Past PENDING_OUTPUT bytes held, stdout and stderr alike, the held outputs are compared before the next case
+    runs: the judge's memory stays bounded whatever the cases print."""
+    from sandbox._zygote import stdio_judge as zygote
+
+    events: list[str] = []
+
+    def run_case(run, data, deadline):
+        events.append("run")
+        return "exited", 0, bytearray(data), bytearray()  # stdout only: the bound counts it alone
+
+    def case_verdict(ended, status, out, err, want, task, verdict):
+        events.append("compare")
+        return "passed", ""
+
+    monkeypatch.setattr(zygote, "run_case", run_case)
+    monkeypatch.setattr(zygote, "case_verdict", case_verdict)
+    monkeypatch.setattr(zygote, "PENDING_OUTPUT", 3)
+    cases = [("1234\n", "1234\n"), ("1\n", "1\n"), ("1\n", "1\n"), ("1\n", "1\n")]
+    task = {"program": "", "timeout": 1.0, "total_timeout": 10.0, "memory_mb": 64, "cases": cases}
+    task |= {"stop_on_failure": False, "compare": "lines", "float_tol": None, "max_output": 1 << 20}
+    verdict = zygote.Verdict()
+    assert zygote.judge_stdio(FakeRun(), task, verdict)[0] == "passed"
+    # 5 bytes after the long case (whichever runs first) or 2 + 2 after two short ones: never 3 cases held.
+    assert events.count("run") == 4 and events[-1] == "compare"
+    assert "run,run,run" not in ",".join(events)
+
+
+# ---- 6. each way a case ends, and the task's limit against a case's -------------------------------------------
+def _case(ended: str, status: int, out: bytes = b"", err: bytes = b"", want: bytes = b"ok\n"):
+    from sandbox._zygote import stdio_judge as zygote
+
+    task = {"compare": "lines", "float_tol": None, "max_output": 1000}
+    verdict = zygote.Verdict()
+    return zygote.case_verdict(ended, status, bytearray(out), bytearray(err), want, task, verdict), verdict
+
+
+def test_a_case_killed_by_a_signal_is_a_runtime_error_except_sigxcpu():
+    """Only SIGXCPU (RLIMIT_CPU) is a time limit; every other signal that kills a case is a runtime error that
+    names it, whatever its number is below or above SIGXCPU's."""
+    import signal
+
+    for sig in sorted(set(signal.Signals) - {signal.SIGXCPU, signal.SIGSTOP, signal.SIGCONT}):
+        (kind, why), _ = _case("exited", int(sig))  # a wait status of a process killed by sig
+        assert (kind, why) == ("runtime_error", f"killed by {sig.name}"), sig
+    assert _case("exited", int(signal.SIGXCPU))[0] == ("timeout", "CPU time limit exceeded")
+    assert _case("exited", 0, b"ok\n")[0] == ("passed", "")
+    assert _case("exited", 1 << 8, b"ok\n", b"Traceback\nValueError: no\n")[0] == (
+        "runtime_error",
+        "exit status 1: ValueError: no",
+    )
+    (kind, _), verdict = _case("exited", 1 << 8, b"ok\n")
+    assert kind == "runtime_error" and "crash_after_output" in verdict.flags
+
+
+def test_a_case_that_ran_out_of_time_or_output_says_which():
+    assert _case("timeout", 9)[0] == ("timeout", "wall-clock time limit exceeded")
+    assert _case("output_limit", 9)[0] == ("output_limit", "output exceeded 1000 bytes")
+
+
+def test_a_case_that_outruns_its_limit_says_so_and_the_next_cases_run(sb):
+    """Each case is killed at its own limit, which leaves the task's for the others: all six are judged."""
+    r = sb.run_stdio("while True:\n    pass\n", [("", "x\n")] * 6, timeout=0.2, total_timeout=4.0)
+    assert r.status is Status.TIMEOUT and r.cases == ("timeout",) * 6, r
+    assert r.message == "case 1 of 6: timeout: wall-clock time limit exceeded; 0/6 passed", r
+
+
+def test_the_tasks_limit_below_a_cases_is_the_tasks_timeout(sb):
+    """A case cut short by the task's limit, not its own, ends the task: the message names the task's limit,
+    even when that case is the last; quick cases under such a limit pass."""
+    r = sb.run_stdio("import time\ntime.sleep(9)\n", [("", "x\n")], timeout=2.0, total_timeout=0.5)
+    assert r.status is Status.TIMEOUT and r.cases == ("timeout",), r
+    assert r.message == "the task's time limit (0.5 s) ran out after 1 of 1 cases; 0 passed", r
+    r = sb.run_stdio("print(input())\n", [("1\n", "1\n")] * 3, timeout=2.0, total_timeout=1.0)
+    assert r.passed and r.cases == ("passed",) * 3, r
+
+
+def test_a_task_of_many_cases_passes_when_every_case_does(sb):
+    """Past 256 cases (where CPython's small ints end) the count of passed cases still makes the pass."""
+    r = sb.run_stdio("print(input())\n", [(f"{i}\n", f"{i}\n") for i in range(300)], total_timeout=60.0)
+    assert r.passed and r.message == "300/300 cases passed", r
