@@ -363,3 +363,84 @@ def test_a_task_of_many_cases_passes_when_every_case_does(sb):
     """Past 256 cases (where CPython's small ints end) the count of passed cases still makes the pass."""
     r = sb.run_stdio("print(input())\n", [(f"{i}\n", f"{i}\n") for i in range(300)], total_timeout=60.0)
     assert r.passed and r.message == "300/300 cases passed", r
+
+
+def _judge_with(monkeypatch, run_case, cases, run=None, **task_keys):
+    """judge_stdio over a stand-in run_case (and the real case_verdict); returns (status, message, verdict)."""
+    from sandbox._zygote import stdio_judge as zygote
+
+    monkeypatch.setattr(zygote, "run_case", run_case)
+    task = {"program": "", "timeout": 1.0, "total_timeout": 10.0, "memory_mb": 64, "cases": cases}
+    task |= {"stop_on_failure": False, "compare": "lines", "float_tol": None, "max_output": 1 << 20}
+    verdict = zygote.Verdict()
+    status, message = zygote.judge_stdio(run or FakeRun(), task | task_keys, verdict)
+    return status, message, verdict
+
+
+def test_outputs_are_held_up_to_the_bound_and_counted_afresh_after_each_comparison(monkeypatch):
+    from sandbox._zygote import stdio_judge as zygote
+
+    events: list[str] = []
+
+    def run_case(run, data, deadline):
+        events.append("run")
+        return "exited", 0, bytearray(data), bytearray()
+
+    monkeypatch.setattr(zygote, "case_verdict", lambda *a: (events.append("compare"), ("passed", ""))[1])
+    monkeypatch.setattr(zygote, "PENDING_OUTPUT", 4)
+    status, _, _ = _judge_with(
+        monkeypatch, run_case, [("1\n", "1\n")] * 6
+    )  # 2 bytes each: 4 held is not past
+    assert status == "passed"
+    assert events == (["run"] * 3 + ["compare"] * 3) * 2
+
+
+def test_no_case_starts_once_the_tasks_time_has_run_out(monkeypatch):
+    import time
+
+    def run_case(run, data, deadline):
+        raise AssertionError("a case ran after the task's limit")
+
+    late = FakeRun()
+    late.deadline = time.monotonic() - 1.0
+    status, message, verdict = _judge_with(monkeypatch, run_case, [("1\n", "1\n")] * 3, run=late)
+    assert (status, verdict.cases) == ("timeout", ["skipped"] * 3)
+    assert message == "the task's time limit (10 s) ran out after 0 of 3 cases; 0 passed"
+
+
+def test_a_failing_case_shows_the_head_of_its_stdout_and_the_tail_of_its_stderr(monkeypatch):
+    from sandbox._zygote import stdio_judge as zygote
+
+    out = bytes(range(256)) * 20
+    err = b"a" * 5000 + b"\nMemoryError\n"
+
+    def run_case(run, data, deadline):
+        return "exited", 1 << 8, bytearray(out), bytearray(err)  # exit status 1
+
+    status, message, verdict = _judge_with(monkeypatch, run_case, [("1\n", "1\n")])
+    assert status == "memory_exceeded" and verdict.cases == ["memory_exceeded"], message
+    assert verdict.stdout == out[: zygote.CASE_SHOWN] and verdict.stderr == err[-zygote.CASE_SHOWN :]
+
+
+def test_memory_errors_are_read_in_stderr_s_tail_and_a_reason_keeps_200_characters():
+    from sandbox._zygote import stdio_judge as zygote
+
+    tail = zygote.CASE_SHOWN
+    inside = b"MemoryError" + b"x" * (tail - len(b"MemoryError"))  # the tail's first bytes
+    assert _case("exited", 1 << 8, err=inside)[0][0] == "memory_exceeded"
+    assert (
+        _case("exited", 1 << 8, err=b"M" + inside[1:] + b"x")[0][0] == "runtime_error"
+    )  # one byte before it
+    (kind, why), _ = _case("exited", 1 << 8, err=b"E" * 300)
+    assert kind == "runtime_error" and why == "exit status 1: " + "E" * 200
+
+
+def test_an_output_of_exactly_the_limit_is_judged():
+    """max_output_bytes is what a case may print: that many bytes pass, one more is output_limit."""
+    with Sandbox(
+        n_workers=1, timeout=2.0, memory_mb=512, uid_base=UID_BASE + 8, max_output_bytes=1000
+    ) as box:
+        r = box.run_stdio("print('x' * 999)\n", [("", "x" * 999 + "\n")])
+        assert r.passed, r
+        r = box.run_stdio("print('x' * 1000)\n", [("", "x" * 1000 + "\n")])
+        assert r.status is Status.OUTPUT_LIMIT and r.cases == ("output_limit",), r
