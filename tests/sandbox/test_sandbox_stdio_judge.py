@@ -444,3 +444,40 @@ def test_an_output_of_exactly_the_limit_is_judged():
         assert r.passed, r
         r = box.run_stdio("print('x' * 1000)\n", [("", "x" * 1000 + "\n")])
         assert r.status is Status.OUTPUT_LIMIT and r.cases == ("output_limit",), r
+
+
+def test_a_case_is_run_while_the_owner_sends_more(monkeypatch):
+    """run_case in this process, its case server a socket we hold: the owner's pipe is readable all along (its
+    next tasks), which is no reason to stop; the case's hand-over and its exit status are still read."""
+    import socket
+    import struct
+    import subprocess
+    import time
+    from types import SimpleNamespace
+
+    from sandbox._zygote import stdio_judge as zygote
+
+    control, server = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # below the owner's fd
+    owner_r, owner_w = os.pipe()
+    os.write(owner_w, b"the next task")
+    monkeypatch.setattr(zygote, "OWNER_IN", owner_r)
+    monkeypatch.setattr(zygote, "owner_alive", lambda: True)
+    child = subprocess.Popen(["true"])
+    pidfd = os.pidfd_open(child.pid)
+    (in_r, in_w), (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe(), os.pipe()
+    os.write(out_w, b"ok\n")
+    fds = struct.pack("4i", in_w, out_r, err_r, pidfd)
+    server.sendmsg([b"1"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])  # the case's pid, with its fds
+    server.send(b"0")  # then its wait status: exit 0
+    for fd in (in_w, out_r, err_r, pidfd, in_r, out_w, err_w):  # run_case holds its own copies now
+        os.close(fd)
+    run = SimpleNamespace(control=control, deadline=time.monotonic() + 10, cap=1 << 20)
+    try:
+        assert zygote.run_case(run, b"", run.deadline) == ("exited", 0, bytearray(b"ok\n"), bytearray())
+        assert server.recv(8) == b"c"  # it asked the server for a case
+    finally:
+        child.wait()
+        for s in (control, server):
+            s.close()
+        os.close(owner_r)
+        os.close(owner_w)
