@@ -472,12 +472,21 @@ def test_a_case_is_run_while_the_owner_sends_more(monkeypatch):
     for fd in (in_w, out_r, err_r, pidfd, in_r, out_w, err_w):  # run_case holds its own copies now
         os.close(fd)
     run = SimpleNamespace(control=control, deadline=time.monotonic() + 10, cap=1 << 20)
+    open_fds = len(os.listdir("/proc/self/fd"))
     try:
         assert zygote.run_case(run, b"", run.deadline) == ("exited", 0, bytearray(b"ok\n"), bytearray())
         assert server.recv(8) == b"c"  # it asked the server for a case
+        assert len(os.listdir("/proc/self/fd")) == open_fds  # the case's four fds closed: none leaks per case
     finally:
         child.wait()
         for s in (control, server):
             s.close()
         os.close(owner_r)
         os.close(owner_w)
+
+
+def test_a_failing_cases_output_is_shown_4_kib_of_each(sb):
+    """docs/contracts.md: a stdin/stdout result's stdout and stderr are the first failing case's, 4 KiB at most."""
+    program = "import sys\nsys.stdout.write('y' * 10000)\nsys.stderr.write('z' * 10000)\n"
+    r = sb.run_stdio(program, [("", "x\n")])
+    assert r.status is Status.FAILED and (r.stdout, r.stderr) == ("y" * 4096, "z" * 4096), r
