@@ -377,14 +377,16 @@ def _judge_with(monkeypatch, run_case, cases, run=None, **task_keys):
     return status, message, verdict
 
 
-def test_outputs_are_held_up_to_the_bound_and_counted_afresh_after_each_comparison(monkeypatch):
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_outputs_are_held_up_to_the_bound_and_counted_afresh_after_each_comparison(monkeypatch, stream):
     from sandbox._zygote import stdio_judge as zygote
 
     events: list[str] = []
 
     def run_case(run, data, deadline):
         events.append("run")
-        return "exited", 0, bytearray(data), bytearray()
+        out = bytearray(data)
+        return ("exited", 0, out, bytearray()) if stream == "stdout" else ("exited", 0, bytearray(), out)
 
     monkeypatch.setattr(zygote, "case_verdict", lambda *a: (events.append("compare"), ("passed", ""))[1])
     monkeypatch.setattr(zygote, "PENDING_OUTPUT", 4)
@@ -444,6 +446,8 @@ def test_an_output_of_exactly_the_limit_is_judged():
         assert r.passed, r
         r = box.run_stdio("print('x' * 1000)\n", [("", "x" * 1000 + "\n")])
         assert r.status is Status.OUTPUT_LIMIT and r.cases == ("output_limit",), r
+        r = box.run_stdio("import sys\nsys.stderr.write('z' * 1001)\n", [("", "")])  # stderr counts too
+        assert r.status is Status.OUTPUT_LIMIT and r.cases == ("output_limit",), r
 
 
 def test_a_case_is_run_while_the_owner_sends_more(monkeypatch):
@@ -490,3 +494,14 @@ def test_a_failing_cases_output_is_shown_4_kib_of_each(sb):
     program = "import sys\nsys.stdout.write('y' * 10000)\nsys.stderr.write('z' * 10000)\n"
     r = sb.run_stdio(program, [("", "x\n")])
     assert r.status is Status.FAILED and (r.stdout, r.stderr) == ("y" * 4096, "z" * 4096), r
+
+
+def test_stop_on_failure_stops_at_any_verdict_but_a_pass(monkeypatch):
+    """Whichever way a case fails (here MemoryError, which sorts before "passed"), stop_on_failure judges no
+    more cases."""
+
+    def run_case(run, data, deadline):
+        return "exited", 1 << 8, bytearray(), bytearray(b"MemoryError\n")
+
+    status, _, verdict = _judge_with(monkeypatch, run_case, [("1\n", "1\n")] * 4, stop_on_failure=True)
+    assert status == "memory_exceeded" and sorted(verdict.cases) == ["memory_exceeded"] + ["skipped"] * 3
