@@ -450,9 +450,11 @@ def test_an_output_of_exactly_the_limit_is_judged():
         assert r.status is Status.OUTPUT_LIMIT and r.cases == ("output_limit",), r
 
 
-def test_a_case_is_run_while_the_owner_sends_more(monkeypatch):
+@pytest.mark.parametrize("owner_first", [False, True])
+def test_a_case_is_run_while_the_owner_sends_more(monkeypatch, owner_first):
     """run_case in this process, its case server a socket we hold: the owner's pipe is readable all along (its
-    next tasks), which is no reason to stop; the case's hand-over and its exit status are still read."""
+    next tasks), which is no reason to stop; the case's hand-over and its exit status are still read, whichever
+    of the two has the lower fd (the zygote's owner pipe is fd 3)."""
     import socket
     import struct
     import subprocess
@@ -461,8 +463,12 @@ def test_a_case_is_run_while_the_owner_sends_more(monkeypatch):
 
     from sandbox._zygote import stdio_judge as zygote
 
-    control, server = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # below the owner's fd
-    owner_r, owner_w = os.pipe()
+    if owner_first:
+        owner_r, owner_w = os.pipe()
+    control, server = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    if not owner_first:
+        owner_r, owner_w = os.pipe()
+    control.settimeout(5.0)  # a read of the server that nothing answers fails here instead of hanging
     os.write(owner_w, b"the next task")
     monkeypatch.setattr(zygote, "OWNER_IN", owner_r)
     monkeypatch.setattr(zygote, "owner_alive", lambda: True)
