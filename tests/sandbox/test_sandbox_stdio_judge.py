@@ -511,3 +511,39 @@ def test_stop_on_failure_stops_at_any_verdict_but_a_pass(monkeypatch):
 
     status, _, verdict = _judge_with(monkeypatch, run_case, [("1\n", "1\n")] * 4, stop_on_failure=True)
     assert status == "memory_exceeded" and sorted(verdict.cases) == ["memory_exceeded"] + ["skipped"] * 3
+
+
+def test_killing_a_case_that_already_ended_is_no_error():
+    """A case may exit on its own just as its deadline passes: the kill that follows finds it gone, quietly."""
+    import subprocess
+
+    from sandbox._zygote import stdio_judge as zygote
+
+    child = subprocess.Popen(["true"])
+    pidfd = os.pidfd_open(child.pid)
+    try:
+        child.wait()
+        zygote.kill_case(pidfd)  # the process is gone (reaped): no exception
+    finally:
+        os.close(pidfd)
+
+
+def test_a_case_server_gone_is_the_tasks_sandbox_error():
+    import socket
+    import time
+    from types import SimpleNamespace
+
+    from sandbox._zygote import stdio_judge as zygote
+
+    control, server = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    server.close()
+    run = SimpleNamespace(control=control, deadline=time.monotonic() + 10, cap=1 << 20)
+    try:
+        with pytest.raises(zygote.Abort) as gone:
+            zygote.run_case(run, b"", run.deadline)
+        assert (gone.value.reason, gone.value.message) == (
+            "sandbox_error",
+            "the stdin/stdout case server is gone",
+        )
+    finally:
+        control.close()
