@@ -297,14 +297,10 @@ def test_outputs_held_past_the_bound_are_compared_before_the_next_case(monkeypat
         events.append("compare")
         return "passed", ""
 
-    monkeypatch.setattr(zygote, "run_case", run_case)
     monkeypatch.setattr(zygote, "case_verdict", case_verdict)
     monkeypatch.setattr(zygote, "PENDING_OUTPUT", 3)
     cases = [("1234\n", "1234\n"), ("1\n", "1\n"), ("1\n", "1\n"), ("1\n", "1\n")]
-    task = {"program": "", "timeout": 1.0, "total_timeout": 10.0, "memory_mb": 64, "cases": cases}
-    task |= {"stop_on_failure": False, "compare": "lines", "float_tol": None, "max_output": 1 << 20}
-    verdict = zygote.Verdict()
-    assert zygote.judge_stdio(FakeRun(), task, verdict)[0] == "passed"
+    assert _judge_with(monkeypatch, run_case, cases)[0] == "passed"
     # 5 bytes after the long case (whichever runs first) or 2 + 2 after two short ones: never 3 cases held.
     assert events.count("run") == 4 and events[-1] == "compare"
     assert "run,run,run" not in ",".join(events)
