@@ -349,6 +349,51 @@ TARGETS: dict[str, dict] = {
         "before": [],
         "after": ["tests/sandbox/test_sandbox_stdio.py", "tests/sandbox/test_sandbox_stdio_judge.py"],
     },
+    # The trainers' configs and the METHODS table: each config's checks and the values it sets for GRPOTrainer,
+    # PPO's parallelism check, the table's rows, build_config and method_hparams (trainer_terms has the math).
+    "trainer_config": {
+        "paths": [
+            "experiments/trainers/__init__.py",
+            "experiments/trainers/ppo.py",
+            "experiments/trainers/reinforce.py",
+            "experiments/trainers/pkpo.py",
+        ],
+        # None: module level (the table, the constants); a class name: its fields' defaults.
+        "definitions": [
+            None,
+            "MethodSpec",
+            "method_hparams",
+            "config_fields",
+            "build_config",
+            "PPOConfig",
+            "ReinforceConfig",
+            "PKPOConfig",
+            "__post_init__",
+            "_unsupported_parallelism",
+            "_unsupported_message",
+        ],
+        "before": [],
+        "after": [
+            "tests/trainers/test_trainer_configs.py",
+            "tests/trainers/test_trainer_terms.py",
+            "tests/trainers/test_methods_variants.py",
+            "tests/run/test_config.py",
+        ],
+    },
+    # Models with no hub: the cache's build-then-rename, the tiny build, the GGUF conversions (a tiny GGUF in
+    # test_gguf_parts), the resolver, the hub checks, the loader and the model's sampling values.
+    "models": {
+        "paths": ["experiments/inputs/models.py"],
+        "definitions": None,
+        "before": [],
+        "after": [
+            "tests/inputs/test_models.py",
+            "tests/inputs/test_models_edges.py",
+            "tests/inputs/test_gguf_parts.py",
+        ],
+        # SmolLM2's and the real models' conversions (slow) are left to CI.
+        "pytest_args": ["-m", "not slow"],
+    },
 }
 SKIP_OPERATORS = ("BitOr", "BitAnd", "BitXor", "LShift", "RShift", "_Pow", "_Mod", "Binary_Pow")
 
