@@ -380,6 +380,34 @@ TARGETS: dict[str, dict] = {
             "tests/run/test_config.py",
         ],
     },
+    # train.py around `_run`: main's exit codes, the libraries' output during a run, the evaluation's dtype and
+    # device, LoRA, the thread pin, the process group's end. `_run` (the order of the run: models, trainers,
+    # evaluations) is left to the end-to-end tests, a minute each.
+    "train_setup": {
+        "paths": ["experiments/run/train.py"],
+        "definitions": [
+            None,
+            "_dtype",
+            "_device",
+            "load_for_eval",
+            "lora_config",
+            "_is_sharded",
+            "setup_torch",
+            "library_output_to_run_log",
+            "end_process_group",
+            "run",
+            "main",
+            "SaveAtGenerationEnd",  # the callbacks' class-level lines, which `resume` leaves out
+            "StopAtGenerationEnd",
+        ],
+        "before": [],
+        "after": [
+            "tests/run/test_train_setup.py",
+            "tests/run/test_resume_points.py",
+            "tests/trainers/test_trainers_ddp.py",
+        ],
+        "pytest_args": ["-m", "not slow"],
+    },
     # Models with no hub: the cache's build-then-rename, the tiny build, the GGUF conversions (a tiny GGUF in
     # test_gguf_parts), the resolver, the hub checks, the loader and the model's sampling values.
     "models": {

@@ -543,3 +543,72 @@ def test_a_case_server_gone_is_the_tasks_sandbox_error():
         )
     finally:
         control.close()
+
+
+def test_outputs_reaching_one_byte_past_the_bound_are_compared_at_once(monkeypatch):
+    """The count of bytes held starts at 0: two outputs of 2 bytes hold 4, one past a bound of 3, so each pair is
+    compared before the next case runs (the order of the cases is random; their sizes are all the same)."""
+    from sandbox._zygote import stdio_judge as zygote
+
+    events: list[str] = []
+
+    def run_case(run, data, deadline):
+        events.append("run")
+        return "exited", 0, bytearray(data), bytearray()
+
+    monkeypatch.setattr(zygote, "case_verdict", lambda *a: (events.append("compare"), ("passed", ""))[1])
+    monkeypatch.setattr(zygote, "PENDING_OUTPUT", 3)
+    assert _judge_with(monkeypatch, run_case, [("1\n", "1\n")] * 4)[0] == "passed"
+    assert events == ["run", "run", "compare", "compare"] * 2
+
+
+def test_a_signal_without_a_name_is_named_by_its_number():
+    import signal
+
+    unnamed = next(n for n in range(1, 65) if n not in set(signal.Signals))
+    assert _case("exited", unnamed)[0] == ("runtime_error", f"killed by signal {unnamed}")
+
+
+@pytest.mark.parametrize("handed", [0, 3])
+def test_a_hand_over_without_the_cases_four_fds_is_the_case_server_gone(monkeypatch, handed):
+    """The case server sends each case's pid with its four fds (stdin, stdout, stderr, pidfd); a message with
+    fewer is not a case to run: the task's sandbox_error."""
+    import socket
+    import struct
+    import time
+    from types import SimpleNamespace
+
+    from sandbox._zygote import stdio_judge as zygote
+
+    owner_r, owner_w = os.pipe()  # the owner: alive, with nothing to say
+    monkeypatch.setattr(zygote, "OWNER_IN", owner_r)
+    monkeypatch.setattr(zygote, "owner_alive", lambda: True)
+    control, server = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pipes = [(owner_r, owner_w)] + [os.pipe() for _ in range(handed)]
+    fds = [r for r, _ in pipes[1:]]
+    ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{handed}i", *fds))] if handed else []
+    server.sendmsg([b"1"], ancillary)
+    run = SimpleNamespace(control=control, deadline=time.monotonic() + 10, cap=1 << 20)
+    try:
+        with pytest.raises(zygote.Abort) as gone:
+            zygote.run_case(run, b"", run.deadline)
+        assert (gone.value.reason, gone.value.message) == (
+            "sandbox_error",
+            "the stdin/stdout case server is gone",
+        )
+    finally:
+        for s in (control, server):
+            s.close()
+        for r, w in pipes:
+            os.close(r)
+            os.close(w)
+
+
+def test_a_case_that_never_reads_its_input_is_killed_at_its_limit(sb):
+    """Input past a pipe's buffer to a case that never reads it: the judge's writes must never block, or it could
+    not kill the case at its limit (it would wait for the task's alarm instead)."""
+    program = "import time\ntime.sleep(30)\n"
+    big = "x" * (256 << 10) + "\n"
+    r = sb.run_stdio(program, [(big, "y\n")] * 2, timeout=0.5, total_timeout=6.0)
+    assert r.status is Status.TIMEOUT and r.cases == ("timeout", "timeout"), r
+    assert r.message == "case 1 of 2: timeout: wall-clock time limit exceeded; 0/2 passed", r
