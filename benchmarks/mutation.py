@@ -381,8 +381,7 @@ TARGETS: dict[str, dict] = {
         ],
     },
     # train.py around `_run`: main's exit codes, the libraries' output during a run, the evaluation's dtype and
-    # device, LoRA, the thread pin, the process group's end. `_run` (the order of the run: models, trainers,
-    # evaluations) is left to the end-to-end tests, a minute each.
+    # device, LoRA, the thread pin, the process group's end.
     "train_setup": {
         "paths": ["experiments/run/train.py"],
         "definitions": [
@@ -407,6 +406,14 @@ TARGETS: dict[str, dict] = {
             "tests/trainers/test_trainers_ddp.py",
         ],
         "pytest_args": ["-m", "not slow"],
+    },
+    # train.py's `_run`, the order of a run (evaluations, training, resumes, run.json), on the tiny model: two
+    # grpo steps a run, a few seconds each.
+    "run_order": {
+        "paths": ["experiments/run/train.py"],
+        "definitions": ["_run"],
+        "before": [],
+        "after": ["tests/run/test_run_order.py"],
     },
     # Models with no hub: the cache's build-then-rename, the tiny build, the GGUF conversions (a tiny GGUF in
     # test_gguf_parts), the resolver, the hub checks, the loader and the model's sampling values.

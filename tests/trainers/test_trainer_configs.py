@@ -83,12 +83,16 @@ def test_ppo_accepts_each_ranges_closed_end(tmp_path, key: str, edge: float) -> 
         ("lam", 1.000001, r"^lam must be in \[0, 1\]; got 1.000001$"),
         ("lam", -1e-9, r"^lam must be in \[0, 1\]; got -1e-09$"),
         ("vf_coef", -1e-9, r"^vf_coef must be >= 0; got -1e-09$"),
+        ("cliprange_value", 0.0, r"^cliprange_value must be > 0; got 0.0$"),
         ("cliprange_value", -0.1, r"^cliprange_value must be > 0; got -0.1$"),
         ("kl_coef", -1e-9, r"^kl_coef must be >= 0; got -1e-09$"),
+        ("critic_learning_rate", 0.0, r"^critic_learning_rate must be > 0; got 0.0$"),
         ("critic_learning_rate", -1e-4, r"^critic_learning_rate must be > 0; got -0.0001$"),
         ("num_iterations", -1, r"^num_iterations must be >= 1; got -1$"),
         ("critic_warmup_rollouts", -1, r"^critic_warmup_rollouts must be >= 0; got -1$"),
         ("logprob_temperature", 0.0, r"^logprob_temperature must be > 0; got 0.0$"),
+        ("logprob_temperature", -0.5, r"^logprob_temperature must be > 0; got -0.5$"),
+        ("num_iterations", 0, r"^num_iterations must be >= 1; got 0$"),
         ("advantage_normalization", "whitened", r"^advantage_normalization must be .*; got 'whitened'$"),
     ],
 )
@@ -143,6 +147,16 @@ def _left_after_refusal(cls: type, tmp_path, message: str, **kw: Any) -> Any:
     with pytest.raises(ValueError, match=message):
         cfg.__init__(output_dir=str(tmp_path), **(BASE | kw))
     return cfg
+
+
+@pytest.mark.parametrize("kw", [{"num_generations": 0}, {"num_generations": 4, "generation_batch_size": 6}])
+def test_ppo_leaves_grpo_configs_group_checks_to_it_beyond_one_generation(tmp_path, kw) -> None:
+    """Only num_generations=1 is PPO's own; GRPOConfig still checks every other value (0 completions, or a
+    generation batch that does not hold whole groups). TRL 1.16 refuses 0 with a ZeroDivisionError."""
+    with pytest.raises((ValueError, ZeroDivisionError)) as grpo:
+        _make(GRPOConfig, tmp_path, **kw)
+    with pytest.raises(grpo.type):
+        _make(PPOConfig, tmp_path, **kw)
 
 
 def test_ppo_one_generation_needs_an_even_generation_batch(tmp_path) -> None:
@@ -248,6 +262,8 @@ def test_reinforce_takes_every_baseline_and_loss_normalization(
         ({"logprob_temperature": -0.5}, r"^logprob_temperature must be > 0; got -0.5$"),
         ({"kl_coef": -1e-9}, r"^kl_coef must be >= 0; got -1e-09$"),
         ({"num_iterations": 0}, r"^REINFORCE is on-policy: num_iterations must be 1; got 0$"),
+        ({"num_iterations": 2}, r"^REINFORCE is on-policy: num_iterations must be 1; got 2$"),
+        ({"logprob_temperature": 0.0}, r"^logprob_temperature must be > 0; got 0.0$"),
         ({"kl_coef": 0.05, "beta": 0.04}, r"leave beta at 0 \(got beta=0.04\)$"),
     ],
 )
@@ -258,6 +274,12 @@ def test_reinforce_refuses_each_value_outside_its_rules(tmp_path, kw, message) -
 @pytest.mark.parametrize("baseline", ["batch_mean", "group_mean", "rloo"])
 def test_reinforce_normalizes_with_any_baseline_but_none(tmp_path, baseline) -> None:
     assert _make(ReinforceConfig, tmp_path, baseline=baseline, normalize_advantages=True).normalize_advantages
+
+
+def test_reinforce_refuses_to_normalize_without_a_baseline_however_the_name_was_made(tmp_path) -> None:
+    """A value read from a file or a command line is a string built at run time, not the literal "none"."""
+    read = "".join(["no", "ne"])
+    _refused(ReinforceConfig, tmp_path, "needs a baseline", baseline=read, normalize_advantages=True)
 
 
 @pytest.mark.parametrize(
@@ -410,6 +432,26 @@ def test_build_config_overrides_win_over_the_rows_values(tmp_path) -> None:
         build_config("ppo", output_dir=str(tmp_path), b_key=1, a_key=2)
     with pytest.raises(ValueError, match=r"^unknown method 'x'; known: vanilla_pg, reinforce, "):
         build_config("x")
+
+
+def test_a_scripted_cpu_run_is_fp32_on_the_cpu_and_writes_nothing_but_its_results() -> None:
+    from experiments.trainers import CPU_ARGS
+
+    assert CPU_ARGS == {
+        "use_cpu": True,
+        "bf16": False,
+        "activation_checkpointing": False,
+        "report_to": "none",
+        "save_strategy": "no",
+        "disable_tqdm": True,
+    }
+
+
+def test_a_methods_row_cannot_be_changed_in_place() -> None:
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        METHODS["grpo"].defaults = {}
 
 
 def test_config_fields_are_the_constructor_keywords() -> None:
