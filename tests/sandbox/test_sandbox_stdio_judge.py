@@ -604,10 +604,11 @@ def test_a_hand_over_without_the_cases_four_fds_is_the_case_server_gone(monkeypa
             os.close(w)
 
 
-def test_a_case_that_never_reads_its_input_is_killed_at_its_limit(sb):
-    """Input past a pipe's buffer to a case that never reads it: the judge's writes must never block, or it could
-    not kill the case at its limit (it would wait for the task's alarm instead)."""
-    program = "import time\ntime.sleep(30)\n"
+def test_a_case_that_stops_reading_its_input_is_killed_at_its_limit(sb):
+    """Input past a pipe's buffer to a case that reads a little of it and then stops: the pipe has room again, but
+    less than the judge's next write. That write must not block, or the judge could not kill the case at its limit
+    (it would wait for the task's alarm instead)."""
+    program = "import os, time\nos.read(0, 8192)\ntime.sleep(30)\n"
     big = "x" * (256 << 10) + "\n"
     r = sb.run_stdio(program, [(big, "y\n")] * 2, timeout=0.5, total_timeout=6.0)
     assert r.status is Status.TIMEOUT and r.cases == ("timeout", "timeout"), r
