@@ -415,6 +415,54 @@ TARGETS: dict[str, dict] = {
         "before": [],
         "after": ["tests/run/test_run_order.py"],
     },
+    # The trainers' construction and checkpoints: PPO's critic (built, stepped, saved, restored), the rollout saved
+    # inside a checkpoint, what GRPOTrainer is told while sampling, the log-prob temperature's LM heads. Their
+    # tests build trainers on the tiny model.
+    "trainer_build": {
+        "paths": [
+            "experiments/trainers/ppo.py",
+            "experiments/trainers/reinforce.py",
+            "experiments/trainers/pkpo.py",
+            "experiments/trainers/seams.py",
+        ],
+        "definitions": [
+            "__init__",
+            "PPOTrainer",
+            "ReinforceTrainer",
+            "PKPOTrainer",
+            "GRPOSeamsMixin",
+            "create_scheduler",
+            "training_step",
+            "mean_over_processes",
+            "on_pre_optimizer_step",
+            "on_optimizer_step",
+            "save_model",
+            "_save_checkpoint",
+            "_load_optimizer_and_scheduler",
+            "read_critic_weights",
+            "critic_lora_config",
+            "zero_new_value_head",
+            "_rollout_looks_on_policy",
+            "_wants_sampled_logps",
+            "_mode",
+            "_calculate_rewards",
+            "_prompt_and_completion",
+            "_inside_rollout",
+            "_trl_computes_old_logps",
+            "_can_record",
+            "_generate_single_turn",
+            "_sampled_logps",
+            "_apply_logprob_temperature",
+        ],
+        "before": [],
+        "after": [
+            "tests/trainers/test_trainers.py",
+            "tests/trainers/test_ppo_memory.py",
+            "tests/trainers/test_trainer_terms.py",
+            "tests/trainers/test_methods_variants.py",
+        ],
+        "pytest_args": ["-m", "not slow"],
+    },
     # Models with no hub: the cache's build-then-rename, the tiny build, the GGUF conversions (a tiny GGUF in
     # test_gguf_parts), the resolver, the hub checks, the loader and the model's sampling values.
     "models": {
