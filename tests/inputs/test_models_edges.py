@@ -169,7 +169,7 @@ def test_a_tiny_model_of_impossible_sizes_is_refused_before_anything_is_built(tm
 def test_the_smallest_vocabulary_builds_and_the_record_says_how(tmp_path) -> None:
     corpus = ["def f(x):\n    return x + 1\n", "print(f(2))\n"]
     out = models.build_tiny_model(
-        tmp_path / "m",
+        tmp_path / "not" / "yet" / "m",  # its parents are made too
         vocab_size=260,
         hidden_size=8,
         num_layers=1,
@@ -180,6 +180,7 @@ def test_the_smallest_vocabulary_builds_and_the_record_says_how(tmp_path) -> Non
     config = json.loads((out / "config.json").read_text())
     assert config["vocab_size"] == 260 and config["intermediate_size"] == 24  # 3 x hidden_size by default
     assert config["tie_word_embeddings"] is True and config["max_position_embeddings"] == 2048
+    assert config["use_sliding_window"] is False  # full attention, as Qwen2.5's checkpoints
     assert config["num_hidden_layers"] == 1 and config["num_key_value_heads"] == 1
     tokenizer_config = json.loads((out / "tokenizer_config.json").read_text())
     assert tokenizer_config["tokenizer_class"] == "Qwen2Tokenizer"
@@ -486,3 +487,57 @@ def test_generation_stops_at_every_end_token_the_vocabulary_has(tiny_model_dir, 
 def test_the_loader_puts_the_model_on_the_device_asked(tiny_model_dir) -> None:
     model, _ = models.load_model_and_tokenizer(tiny_model_dir, device="meta")
     assert model.device.type == "meta"
+
+
+def test_the_tiny_models_defaults_are_its_documented_size(tiny_model_dir) -> None:
+    """ "tiny" and every test's model: 2 layers of width 64, 4 heads over 2 key-value heads, 512 tokens, seed 0."""
+    assert models.model_source(tiny_model_dir)["args"] == {
+        "seed": 0,
+        "vocab_size": 512,
+        "hidden_size": 64,
+        "num_layers": 2,
+        "num_heads": 4,
+        "num_kv_heads": 2,
+        "intermediate_size": None,
+        "max_position_embeddings": 2048,
+    }
+
+
+def test_a_files_digest_reads_all_of_it(tmp_path) -> None:
+    import hashlib
+
+    data = bytes(range(256)) * (3 * 4096 + 17)  # three 1 MiB blocks and a bit
+    path = tmp_path / "weights.gguf"
+    path.write_bytes(data)
+    assert models._sha256_file(path) == hashlib.sha256(data).hexdigest()
+    path.write_bytes(b"")
+    assert models._sha256_file(path) == hashlib.sha256(b"").hexdigest()
+
+
+# The vocabulary and merges the recipe trains from this corpus. A change here is a new recipe: bump RECIPE_VERSION
+# (so that folders cached by the old one are rebuilt), then update the digest.
+RECIPE_CORPUS = [
+    "def add(a, b):\n    return a + b\n",
+    "x = [1, 2, 3]  # it's .append(x)\n",
+    "IT'S DONE\n",
+] * 3
+RECIPE_MODEL_DIGEST = "4fe0e79cec7283a7884466f8ee1a2b36207e4a0eb58551f3b6b118d035cb644f"
+
+
+def test_the_tokenizer_recipe_is_the_one_its_version_names(tmp_path) -> None:
+    import hashlib
+
+    out = models.build_tiny_model(
+        tmp_path / "m",
+        vocab_size=300,
+        hidden_size=8,
+        num_layers=1,
+        num_heads=2,
+        num_kv_heads=1,
+        corpus=RECIPE_CORPUS,
+    )
+    model = json.loads((out / "tokenizer.json").read_text())["model"]
+    digest = hashlib.sha256(
+        json.dumps([model["vocab"], model["merges"]], sort_keys=True).encode()
+    ).hexdigest()
+    assert (models.RECIPE_VERSION, digest) == (1, RECIPE_MODEL_DIGEST)
