@@ -45,6 +45,18 @@ def test_evaluation_is_on_the_cpu_when_asked_or_without_cuda(monkeypatch) -> Non
     assert train._device(SimpleNamespace()) == torch.device("cpu")
 
 
+def test_evaluation_is_on_this_processs_gpu_otherwise(monkeypatch) -> None:
+    import accelerate
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(accelerate, "PartialState", lambda: SimpleNamespace(local_process_index=1))
+    assert train._device(SimpleNamespace(use_cpu=False)) == torch.device("cuda", 1)
+    assert train._device(SimpleNamespace()) == torch.device(
+        "cuda", 1
+    )  # a config without use_cpu: not the CPU
+    assert train._device(SimpleNamespace(use_cpu=True)) == torch.device("cpu")
+
+
 def test_evaluation_loads_with_the_trainers_dtype_and_device(monkeypatch) -> None:
     seen = []
     monkeypatch.setattr(train, "load_model_and_tokenizer", lambda *a: seen.append(a) or ("model", "tok"))
@@ -84,18 +96,26 @@ def test_weights_are_sharded_by_the_config_or_the_launcher(monkeypatch, fsdp, en
 
 @pytest.mark.parametrize(
     "use_cpu, cuda, threads, pinned",
-    [(True, True, 3, True), (False, False, 3, True), (False, True, 3, False), (True, False, 0, False)],
+    [
+        (True, True, 3, True),
+        (False, False, 3, True),
+        (False, True, 3, False),
+        (None, True, 3, False),  # a config without use_cpu, on a GPU machine
+        (True, False, 0, False),
+        (True, False, 1, True),
+    ],
 )
 def test_torch_threads_are_pinned_on_the_cpu(monkeypatch, use_cpu, cuda, threads, pinned) -> None:
     calls: list[int] = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     monkeypatch.setattr(torch, "set_num_threads", calls.append)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    train.setup_torch(SimpleNamespace(num_threads=threads), SimpleNamespace(use_cpu=use_cpu))
+    cfg = SimpleNamespace() if use_cpu is None else SimpleNamespace(use_cpu=use_cpu)
+    train.setup_torch(SimpleNamespace(num_threads=threads), cfg)
     assert calls == ([threads] if pinned else [])
     assert os.environ.get("OMP_NUM_THREADS") == (str(threads) if pinned else None)
     monkeypatch.setenv("OMP_NUM_THREADS", "7")  # the user's own setting stays
-    train.setup_torch(SimpleNamespace(num_threads=threads), SimpleNamespace(use_cpu=use_cpu))
+    train.setup_torch(SimpleNamespace(num_threads=threads), cfg)
     assert os.environ["OMP_NUM_THREADS"] == "7"
 
 
@@ -130,6 +150,7 @@ def test_during_a_run_the_console_keeps_passks_lines_and_the_run_log_gets_the_li
     root = logging.getLogger()
     library = logging.getLogger("transformers")
     before = (library.handlers[:], library.propagate, root.level)
+    shown_by = warnings.showwarning
     transformers.utils.logging.enable_progress_bar()
     with train.library_output_to_run_log() as run_log:
         assert run_log is not None and run_log in root.handlers and root.level == logging.INFO
@@ -153,10 +174,7 @@ def test_during_a_run_the_console_keeps_passks_lines_and_the_run_log_gets_the_li
     assert run_log not in root.handlers and console.handler.filters == []
     logging.getLogger("somelib").warning("after the run")  # the console filter is gone
     assert "after the run" in console.stream.getvalue()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        warnings.warn("not captured", UserWarning, stacklevel=1)
-    assert len(caught) == 1  # captureWarnings is off again
+    assert warnings.showwarning is shown_by  # captureWarnings is off again
 
 
 def test_progress_bars_left_off_stay_off(console) -> None:
@@ -284,3 +302,38 @@ def test_main_reads_the_command_line_when_given_none(stand_in_run, monkeypatch) 
     monkeypatch.setattr("sys.argv", ["experiments.train", "seed.yaml", "--method", "ppo"])
     assert train.main() == 0
     assert stand_in_run.calls == [["seed.yaml", "--method", "ppo"]]
+
+
+def test_main_logs_at_info_on_the_main_rank_and_at_warning_on_the_others(stand_in_run, monkeypatch) -> None:
+    """logging.basicConfig's level, seen with no handler installed yet (as in a fresh process)."""
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    try:
+        for rank, level in (("0", logging.INFO), ("1", logging.WARNING)):
+            monkeypatch.setenv("RANK", rank)
+            root.handlers = []
+            assert train.main(["cpu.yaml"]) == 0 and root.level == level
+    finally:
+        root.handlers, root.level = saved[0], saved[1]
+
+
+@pytest.mark.filterwarnings(
+    "ignore:.*found in sys.modules:RuntimeWarning"
+)  # runpy, on a module imported already
+def test_the_module_runs_as_a_script(monkeypatch, capsys) -> None:
+    import runpy
+    import sys
+
+    monkeypatch.setattr(sys, "argv", ["experiments/run/train.py", "--help"])
+    with pytest.raises(SystemExit) as done:
+        runpy.run_module("experiments.run.train", run_name="__main__")
+    assert done.value.code == 0 and capsys.readouterr().out == train.__doc__ + "\n"
+
+
+def test_a_fresh_save_callback_owes_no_save() -> None:
+    """A checkpoint is moved only after one was asked inside a generation batch: at the first batch end of a
+    run, nothing was deferred."""
+    callback = train.save_at_generation_ends(2)
+    control = SimpleNamespace(should_save=False)
+    callback.on_step_end(None, SimpleNamespace(global_step=2, max_steps=10), control)
+    assert control.should_save is False
