@@ -312,7 +312,11 @@ def validate(exp: ExperimentArgs, cfg: Any, *, world_size: int | None = None) ->
             f"n_train: {exp.n_train} prompts are fewer than the {gen_batch // g} one generation batch needs "
             f"(TRL would train 0 steps)"
         )
-    if cfg.max_steps <= 0 and cfg.num_train_epochs <= 0:
+    if cfg.max_steps == 0:  # transformers counts epochs only for a negative max_steps; 0 trains one step
+        raise ConfigError(
+            "max_steps: 0 is no run length; give max_steps >= 1, or -1 to let num_train_epochs decide"
+        )
+    if cfg.max_steps < 0 and cfg.num_train_epochs <= 0:
         raise ConfigError("max_steps: set max_steps > 0 or num_train_epochs > 0")
 
 

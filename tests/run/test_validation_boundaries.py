@@ -130,9 +130,12 @@ def test_eval_processes_only_for_a_single_cpu_process(parsed) -> None:
 
 def test_max_steps_or_epochs(parsed) -> None:
     _check(parsed, cfg_fields={"max_steps": 1, "num_train_epochs": 0})
-    _check(parsed, cfg_fields={"max_steps": 0, "num_train_epochs": 0.5})
-    with pytest.raises(ConfigError, match=r"^max_steps:"):
-        _check(parsed, cfg_fields={"max_steps": 0, "num_train_epochs": 0})
+    _check(parsed, cfg_fields={"max_steps": -1, "num_train_epochs": 0.5})
+    # transformers hands the run's length to num_train_epochs only for a negative max_steps
+    # (Trainer.set_initial_training_values: epoch_based = max_steps < 0); max_steps 0 trained one step.
+    for epochs in (0.5, 0):
+        with pytest.raises(ConfigError, match=r"^max_steps: 0 is no run length; give max_steps >= 1, or -1"):
+            _check(parsed, cfg_fields={"max_steps": 0, "num_train_epochs": epochs})
     # -1 is TrainingArguments' own "not set" for max_steps: no more a step count than 0 is.
     with pytest.raises(ConfigError, match=r"^max_steps:"):
         _check(parsed, cfg_fields={"max_steps": -1, "num_train_epochs": 0})
