@@ -7,6 +7,7 @@ one-minute runs of every method are tests/run/test_resume.py's and tests/run/tes
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -185,18 +186,20 @@ def test_a_resume_continues_from_the_checkpoint_and_keeps_the_first_evaluation(
     assert record["eval_tokens_per_s"]["before"] == json.loads(before)["timing"]["tokens_per_s"]
 
 
+@pytest.mark.parametrize("budget", ["1", "2"])
 def test_a_checkpoint_at_the_last_step_finishes_the_run_without_training(
-    tiny_model_dir, tmp_path, monkeypatch, evaluations
+    tiny_model_dir, tmp_path, monkeypatch, evaluations, budget
 ) -> None:
     """Ctrl-C after the last step's checkpoint, before run.json: the resume writes the run's record from the
-    checkpoint and takes no step past max_steps. The periodic evaluation did not run in this process, so the
-    trained model is evaluated afresh."""
+    checkpoint and takes no step past max_steps (TRL's own resume would take one more). The periodic evaluation did
+    not run in this process, so the trained model is evaluated afresh."""
     from trl import GRPOTrainer
 
     out = tmp_path / "run"
     argv = _argv(
         tiny_model_dir, out, "--save_strategy", "steps", "--save_steps", "1", "--eval_before", "false"
     )
+    argv += ["--eval_every_n_steps", "2", "--budget_prompts", budget]
     _run(argv)
     (out / "run.json").unlink()
     evaluations.clear()
@@ -207,5 +210,153 @@ def test_a_checkpoint_at_the_last_step_finishes_the_run_without_training(
     monkeypatch.setattr(GRPOTrainer, "train", no_training)
     _run([*argv, "--resume", "true"])
     record = _record(out)
-    assert (record["resumed_from"], record["global_step"]) == (str(out / "checkpoint-2"), 2)
+    assert (record["resumed_from"], record["global_step"]) == (str(out / f"checkpoint-{budget}"), int(budget))
     assert evaluations == ["eval_after.json"]  # the trained model is still evaluated
+
+
+def test_a_checkpoint_past_step_256_at_the_last_step_finishes_the_run_too(
+    tiny_model_dir, tmp_path, monkeypatch
+) -> None:
+    """The same at step 300 (past CPython's cached small ints: the steps are compared by value): a two-step run's
+    checkpoint renamed and restamped as the last one of a 300-step budget."""
+    from trl import GRPOTrainer
+
+    out = tmp_path / "run"
+    argv = _argv(
+        tiny_model_dir, out, "--save_strategy", "steps", "--save_steps", "2", "--eval_before", "false"
+    )
+    argv += ["--eval_after", "false"]
+    _run(argv)
+    (out / "run.json").unlink()
+    (out / "checkpoint-2").rename(out / "checkpoint-300")
+    state_path = out / "checkpoint-300" / "trainer_state.json"
+    state = json.loads(state_path.read_text())
+    state["global_step"], state["max_steps"] = 300, 300
+    state_path.write_text(json.dumps(state))
+
+    def no_training(self, *args, **kwargs):
+        raise AssertionError("trained past max_steps")
+
+    monkeypatch.setattr(GRPOTrainer, "train", no_training)
+    _run([*argv, "--resume", "true", "--budget_prompts", "300"])
+    assert _record(out)["global_step"] == 300
+
+
+def test_a_run_that_epochs_end_resumes_and_trains_to_its_end(tiny_model_dir, tmp_path) -> None:
+    """max_steps -1: num_train_epochs decides (8 prompts, one a step). A resume from checkpoint-2 trains on."""
+    out = tmp_path / "run"
+    argv = _argv(
+        tiny_model_dir, out, "--save_strategy", "steps", "--save_steps", "2", "--eval_before", "false"
+    )
+    argv += [
+        "--eval_after",
+        "false",
+        "--budget_prompts",
+        "0",
+        "--max_steps",
+        "-1",
+        "--num_train_epochs",
+        "1",
+    ]
+    _run(argv)
+    assert _record(out)["global_step"] == 8
+    for path in (out / "run.json", *out.glob("checkpoint-[468]")):
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    _run([*argv, "--resume", "true"])
+    record = _record(out)
+    assert (record["resumed_from"], record["global_step"]) == (str(out / "checkpoint-2"), 8)
+
+
+def test_checkpoints_move_to_the_end_of_trls_generation_batch_and_not_of_passks(
+    tiny_model_dir, tmp_path
+) -> None:
+    """TRL's trainers would sample again the generation batch a checkpoint was taken in, so its saves move to the
+    batch's end (steps_per_generation 2: step 2, not 1); passk's trainers save the batch and keep every step's."""
+    common = (
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "1",
+        "--eval_before",
+        "false",
+        "--eval_after",
+        "false",
+    )
+    grpo = tmp_path / "grpo"
+    _run(_argv(tiny_model_dir, grpo, *common, "--steps_per_generation", "2"))
+    assert sorted(p.name for p in grpo.glob("checkpoint-*")) == ["checkpoint-2"]
+    reinforce = tmp_path / "reinforce"
+    _run([*_argv(tiny_model_dir, reinforce, *common), "--method", "reinforce"])
+    assert sorted(p.name for p in reinforce.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+
+
+def test_the_training_time_is_measured_around_training_alone(tiny_model_dir, tmp_path, monkeypatch) -> None:
+    """train_time_s is the difference of two readings of the clock (a stand-in that advances 7 s a reading)."""
+    import itertools
+    from types import SimpleNamespace
+
+    ticks = itertools.count(1000.0, 7.0)
+    monkeypatch.setattr(train, "time", SimpleNamespace(time=lambda: next(ticks)))
+    out = tmp_path / "run"
+    _run(_argv(tiny_model_dir, out, "--eval_before", "false", "--eval_after", "false"))
+    seconds = _record(out)["train_time_s"]
+    assert seconds > 0 and seconds % 7.0 == 0
+
+
+def test_a_run_under_compare_writes_no_log_of_its_own(tiny_model_dir, tmp_path, monkeypatch) -> None:
+    """passk compare gives each run a progress fd and keeps its output itself: no train.log in output_dir."""
+    import os
+
+    from experiments.run.progress import PROGRESS_FD_ENV
+
+    read, write = os.pipe()
+    monkeypatch.setenv(PROGRESS_FD_ENV, str(write))
+    try:
+        out = tmp_path / "run"
+        _run(_argv(tiny_model_dir, out, "--eval_before", "false", "--eval_after", "false"))
+        assert (out / "run.json").is_file() and not (out / "train.log").exists()
+    finally:
+        os.close(write)
+        os.close(read)
+
+
+def test_a_setting_the_method_does_not_have_is_named_in_the_log(tiny_model_dir, tmp_path, caplog) -> None:
+    shared = tmp_path / "shared.yaml"
+    shared.write_text(CPU_YAML.read_text() + "logprob_temperature: 1.0\n")
+    argv = _argv(tiny_model_dir, tmp_path / "run", "--eval_before", "false", "--eval_after", "false")
+    argv[0] = str(shared)
+    with caplog.at_level("WARNING", logger="passk.train"):
+        _run(argv)
+    assert "logprob_temperature: not used by grpo (GRPOConfig has no such option)" in caplog.messages
+
+
+def test_the_trainer_gets_the_models_own_pad_token(tiny_model_dir, tmp_path) -> None:
+    from transformers import TrainerCallback
+
+    seen = []
+
+    class Seen(TrainerCallback):
+        def on_train_begin(self, args, state, control, processing_class=None, **kwargs):
+            seen.append(processing_class.pad_token)
+
+    exp, cfg = parse_config(
+        _argv(tiny_model_dir, tmp_path / "run", "--eval_before", "false", "--eval_after", "false")
+    )
+    train.run(exp, cfg, callbacks=[Seen()])
+    assert seen == ["<|endoftext|>"]  # the tiny tokenizer's pad, not replaced by its eos
+
+
+def test_a_run_on_one_device_evaluates_the_model_in_memory(
+    tiny_model_dir, tmp_path, monkeypatch, evaluations
+) -> None:
+    """With save_model the weights are on disk too, but the model in memory is evaluated: no second copy loads."""
+    real = train.load_for_eval
+
+    def load_for_eval(path, cfg):
+        assert path == str(tiny_model_dir), f"loaded {path} for evaluation"
+        return real(path, cfg)
+
+    monkeypatch.setattr(train, "load_for_eval", load_for_eval)
+    out = tmp_path / "run"
+    _run(_argv(tiny_model_dir, out, "--save_model", "true"))
+    assert evaluations == ["eval_before.json", "eval_after.json"] and (out / "model.safetensors").is_file()
