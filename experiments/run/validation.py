@@ -312,7 +312,13 @@ def validate(exp: ExperimentArgs, cfg: Any, *, world_size: int | None = None) ->
             f"n_train: {exp.n_train} prompts are fewer than the {gen_batch // g} one generation batch needs "
             f"(TRL would train 0 steps)"
         )
-    if cfg.max_steps == 0:  # transformers counts epochs only for a negative max_steps; 0 trains one step
+    _check_run_length(cfg)
+
+
+def _check_run_length(cfg: Any) -> None:
+    """A run's length is max_steps, or, for max_steps -1, num_train_epochs. transformers counts epochs only for a
+    negative max_steps (`Trainer.set_initial_training_values`): max_steps 0 would train one step."""
+    if cfg.max_steps == 0:
         raise ConfigError(
             "max_steps: 0 is no run length; give max_steps >= 1, or -1 to let num_train_epochs decide"
         )
