@@ -87,7 +87,7 @@ def _record(out: Path) -> dict:
 def test_a_run_evaluates_before_and_after_and_records_what_it_did(
     tiny_model_dir, tmp_path, evaluations
 ) -> None:
-    out = tmp_path / "run"
+    out = tmp_path / "runs" / "new" / "run"  # its parents are made too
     assert _run(_argv(tiny_model_dir, out)) == out
     assert evaluations == ["eval_before.json", "eval_after.json"]
     record = _record(out)
@@ -286,7 +286,9 @@ def test_checkpoints_move_to_the_end_of_trls_generation_batch_and_not_of_passks(
     _run(_argv(tiny_model_dir, grpo, *common, "--steps_per_generation", "2"))
     assert sorted(p.name for p in grpo.glob("checkpoint-*")) == ["checkpoint-2"]
     reinforce = tmp_path / "reinforce"
-    _run([*_argv(tiny_model_dir, reinforce, *common), "--method", "reinforce"])
+    argv = _argv(tiny_model_dir, reinforce, *common)
+    argv[argv.index("grpo")] = "reinforce"
+    _run(argv)
     assert sorted(p.name for p in reinforce.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
 
 
