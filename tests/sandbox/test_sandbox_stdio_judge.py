@@ -526,23 +526,29 @@ def test_killing_a_case_that_already_ended_is_no_error():
 
 def test_a_case_server_gone_is_the_tasks_sandbox_error():
     import socket
+
+    control, server = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    server.close()
+    try:
+        _assert_case_server_gone(control)
+    finally:
+        control.close()
+
+
+def _assert_case_server_gone(control) -> None:
+    """run_case over the control socket `control` ends the task in sandbox_error: the case server is gone."""
     import time
     from types import SimpleNamespace
 
     from sandbox._zygote import stdio_judge as zygote
 
-    control, server = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    server.close()
     run = SimpleNamespace(control=control, deadline=time.monotonic() + 10, cap=1 << 20)
-    try:
-        with pytest.raises(zygote.Abort) as gone:
-            zygote.run_case(run, b"", run.deadline)
-        assert (gone.value.reason, gone.value.message) == (
-            "sandbox_error",
-            "the stdin/stdout case server is gone",
-        )
-    finally:
-        control.close()
+    with pytest.raises(zygote.Abort) as gone:
+        zygote.run_case(run, b"", run.deadline)
+    assert (gone.value.reason, gone.value.message) == (
+        "sandbox_error",
+        "the stdin/stdout case server is gone",
+    )
 
 
 def test_outputs_reaching_one_byte_past_the_bound_are_compared_at_once(monkeypatch):
@@ -575,8 +581,6 @@ def test_a_hand_over_without_the_cases_four_fds_is_the_case_server_gone(monkeypa
     fewer is not a case to run: the task's sandbox_error."""
     import socket
     import struct
-    import time
-    from types import SimpleNamespace
 
     from sandbox._zygote import stdio_judge as zygote
 
@@ -588,14 +592,8 @@ def test_a_hand_over_without_the_cases_four_fds_is_the_case_server_gone(monkeypa
     fds = [r for r, _ in pipes[1:]]
     ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{handed}i", *fds))] if handed else []
     server.sendmsg([b"1"], ancillary)
-    run = SimpleNamespace(control=control, deadline=time.monotonic() + 10, cap=1 << 20)
     try:
-        with pytest.raises(zygote.Abort) as gone:
-            zygote.run_case(run, b"", run.deadline)
-        assert (gone.value.reason, gone.value.message) == (
-            "sandbox_error",
-            "the stdin/stdout case server is gone",
-        )
+        _assert_case_server_gone(control)
     finally:
         for s in (control, server):
             s.close()
