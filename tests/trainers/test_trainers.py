@@ -877,6 +877,77 @@ def test_ppo_checkpoint_saves_and_resume_restores_the_critic(
     assert second.state.global_step == 2
 
 
+def test_a_lora_critics_adapter_and_head_are_restored_on_resume(
+    tiny_model_dir, tokenizer, dataset, tmp_path, tiny_train_args
+):
+    """With a LoRA policy the critic is a LoRA too; its checkpoint holds the adapter and the value head
+    (adapter_model.safetensors), which a resume loads back."""
+    from peft import LoraConfig, get_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    def trainer():
+        common = {
+            "save_strategy": "steps",
+            "save_steps": 1,
+            "critic_learning_rate": 1e-2,
+            "learning_rate": 1e-2,
+        }
+        args = build_config("ppo", output_dir=str(tmp_path / "ppo"), **(tiny_train_args | common))
+        return METHODS["ppo"].trainer_cls(
+            model=str(tiny_model_dir),
+            reward_funcs=[length_reward],
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=LoraConfig(r=2, lora_alpha=4, target_modules="all-linear"),
+        )
+
+    trainer().train()
+    saved = load_file(tmp_path / "ppo" / "checkpoint-1" / "critic" / "adapter_model.safetensors")
+    second = trainer()
+    critic = second.accelerator.unwrap_model(second.critic)
+    fresh = {k: v.clone() for k, v in get_peft_model_state_dict(critic).items()}
+    restored = {}
+    original_load = second._load_optimizer_and_scheduler
+
+    def load_and_snapshot(checkpoint):
+        original_load(checkpoint)
+        restored.update({k: v.clone() for k, v in get_peft_model_state_dict(critic).items()})
+
+    second._load_optimizer_and_scheduler = load_and_snapshot
+    second.train(resume_from_checkpoint=str(tmp_path / "ppo" / "checkpoint-1"))
+    assert set(restored) == set(saved) and any(k.endswith("score.weight") for k in saved)
+    assert any(not torch.equal(fresh[k], saved[k]) for k in saved)  # the step before the save moved it
+    assert all(torch.equal(restored[k], saved[k]) for k in saved)
+
+
+def test_a_critic_saved_in_shards_is_read_whole(tmp_path):
+    """save_pretrained shards a large critic (model.safetensors.index.json and its shards): every shard is read."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from experiments.trainers.ppo import read_critic_weights
+
+    parts = {
+        "model-00001-of-00002.safetensors": {"a.weight": torch.ones(2), "b.weight": torch.zeros(3)},
+        "model-00002-of-00002.safetensors": {"score.weight": torch.full((1, 4), 2.0)},
+    }
+    for name, tensors in parts.items():
+        save_file(tensors, tmp_path / name)
+    weight_map = {key: name for name, tensors in parts.items() for key in tensors}
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map})
+    )
+    state = read_critic_weights(tmp_path)
+    assert sorted(state) == ["a.weight", "b.weight", "score.weight"]
+    assert torch.equal(state["score.weight"], torch.full((1, 4), 2.0)) and torch.equal(
+        state["a.weight"], torch.ones(2)
+    )
+    save_file({"v.weight": torch.ones(1)}, tmp_path / "model.safetensors")  # one file: read alone
+    assert list(read_critic_weights(tmp_path)) == ["v.weight"]
+
+
 def test_ppo_runs_with_one_generation_per_prompt(
     tiny_model_dir, tokenizer, dataset, tmp_path, tiny_train_args
 ):
