@@ -877,6 +877,40 @@ def test_ppo_checkpoint_saves_and_resume_restores_the_critic(
     assert second.state.global_step == 2
 
 
+@pytest.mark.parametrize("version, refused", [(1, True), (2, False)])
+def test_ppo_checks_the_fsdp_version_accelerate_set_up(
+    monkeypatch, tmp_path, tiny_train_args, version, refused
+):
+    """The launcher's FSDP plugin, once accelerate has set up (GRPOTrainer's part stood in for): v1 is refused
+    before the critic is built, v2 goes on to build it."""
+    from trl import GRPOTrainer
+
+    from experiments.trainers import ppo
+
+    class CriticBuilt(Exception):
+        pass
+
+    def grpo_init(self, model, reward_funcs=None, args=None, **kwargs):
+        self.args, self.model = args, SimpleNamespace(dtype=torch.float32)
+        self.is_deepspeed_enabled, self.is_fsdp_enabled = False, True
+        self.accelerator = SimpleNamespace(
+            state=SimpleNamespace(fsdp_plugin=SimpleNamespace(fsdp_version=version))
+        )
+
+    def build_critic(*args, **kwargs):
+        raise CriticBuilt
+
+    monkeypatch.setattr(GRPOTrainer, "__init__", grpo_init)
+    monkeypatch.setattr(ppo.AutoModelForTokenClassification, "from_pretrained", build_critic)
+    args = build_config(
+        "ppo", output_dir=str(tmp_path), critic_model_name_or_path="critic", **tiny_train_args
+    )
+    with pytest.raises(ValueError if refused else CriticBuilt) as err:
+        PPOTrainer(model="policy", args=args)
+    if refused:
+        assert "does not support FSDP v1" in str(err.value)
+
+
 def test_a_lora_critics_adapter_and_head_are_restored_on_resume(
     tiny_model_dir, tokenizer, dataset, tmp_path, tiny_train_args
 ):
