@@ -727,6 +727,28 @@ def test_ppo_critic_learns_and_is_clipped_stepped_and_zeroed(
     assert trainer.critic_scheduler is not None and trainer.critic_scheduler.last_epoch == 2
 
 
+def test_ppo_critic_is_not_clipped_when_max_grad_norm_is_0(
+    tiny_model_dir, tokenizer, dataset, tmp_path, tiny_train_args
+):
+    """max_grad_norm 0 turns clipping off, as it does for the policy: the critic's step is the unclipped one."""
+    trainer = make_trainer(
+        tiny_train_args, "ppo", tiny_model_dir, tokenizer, dataset, tmp_path, max_grad_norm=0.0, vf_coef=1.0
+    )
+    critic = trainer.accelerator.unwrap_model(trainer.critic)
+    norms_at_step = []
+
+    def record_norm(optimizer, args, kwargs):
+        grads = [p.grad for p in critic.parameters() if p.grad is not None]
+        norms_at_step.append(
+            torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
+        )
+
+    trainer.critic_optimizer.optimizer.register_step_pre_hook(record_norm)
+    trainer.train()
+    assert len(norms_at_step) == 2 and all(n > 0 for n in norms_at_step)  # not clipped to 0
+    assert not [h for h in trainer.state.log_history if "ppo/critic_grad_norm" in h]
+
+
 @pytest.mark.slow
 def test_ppo_critic_learns_the_returns_on_the_task(warm_task_model, tmp_path, tiny_train_args):
     """PPO's default critic rate (CRITIC_LR_SCALE x the demo's 3e-4) on the learnable task, the policy held fixed
