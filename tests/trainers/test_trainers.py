@@ -442,6 +442,68 @@ def test_logprob_temperature_takes_log_pi_from_the_raw_logits(
         assert torch.allclose(out["old_per_token_logps"][mask], raw_logps(ref, 1.0)[mask], atol=1e-4)
 
 
+@pytest.mark.parametrize(
+    "logprob_temperature, sampling, patched",
+    [(0.5, 0.8, [0.5, 0.5]), (1.0, 0.8, [1.0, 1.0]), (None, 0.8, []), (0.8, 0.8, [])],
+)
+def test_the_lm_heads_are_patched_for_any_other_log_prob_temperature(
+    monkeypatch, logprob_temperature, sampling, patched
+):
+    """The policy's and the reference's fused LM heads are patched again whenever log π's temperature differs from
+    the sampling one, below it as above it; not when they are the same."""
+    from experiments.trainers import seams
+    from experiments.trainers.seams import GRPOSeamsMixin
+
+    calls = []
+    monkeypatch.setattr(
+        seams, "add_fused_lm_head", lambda model, temperature, **kw: calls.append(temperature)
+    )
+    trainer = GRPOSeamsMixin.__new__(GRPOSeamsMixin)
+    trainer.args = SimpleNamespace(logprob_temperature=logprob_temperature, cast_lm_head_to_fp32=False)
+    trainer.temperature, trainer.model, trainer.ref_model = (
+        sampling,
+        torch.nn.Linear(1, 1),
+        torch.nn.Linear(1, 1),
+    )
+    trainer._apply_logprob_temperature()
+    assert calls == patched
+
+
+@pytest.mark.parametrize("penalty, recordable", [(1.0, True), (0.9, False), (1.1, False)])
+def test_sampling_is_recorded_only_without_a_repetition_penalty(penalty, recordable):
+    """generate applies a repetition penalty (either way from 1) before the recorder sees the scores, which are
+    then not the policy's distribution."""
+    from experiments.trainers.seams import GRPOSeamsMixin
+
+    trainer = GRPOSeamsMixin.__new__(GRPOSeamsMixin)
+    trainer.use_vllm = trainer.use_transformers_continuous_batching = False
+    trainer.repetition_penalty = penalty
+    assert trainer._can_record() is recordable
+
+
+def test_a_checkpoint_inside_a_rollout_resumes_it(
+    tiny_model_dir, tokenizer, dataset, tmp_path, tiny_train_args
+):
+    """PPO's rollout spans its optimizer steps (4 minibatches x 2 epochs here): a checkpoint at step 1 holds the
+    rest of the rollout, and the resume trains on it instead of sampling again."""
+    common = {"save_strategy": "steps", "save_steps": 1}
+    make_trainer(tiny_train_args, "ppo", tiny_model_dir, tokenizer, dataset, tmp_path, **common).train()
+    checkpoint = tmp_path / "ppo" / "checkpoint-1"
+    saved = torch.load(checkpoint / "passk_rollout_rank0.pt", weights_only=False)
+    second = make_trainer(tiny_train_args, "ppo", tiny_model_dir, tokenizer, dataset, tmp_path, **common)
+    restored = {}
+    original_load = second._load_optimizer_and_scheduler
+
+    def load_and_snapshot(checkpoint):
+        original_load(checkpoint)
+        restored["step"], restored["buffered"] = second._step, second._buffered_inputs
+
+    second._load_optimizer_and_scheduler = load_and_snapshot
+    second.train(resume_from_checkpoint=str(checkpoint))
+    assert saved["step"] > 0 and restored["step"] == saved["step"]
+    assert restored["buffered"] is not None and len(restored["buffered"]) == len(saved["buffered_inputs"])
+
+
 # --------------------------------------------------------------------------------------------------------- PPO
 
 
