@@ -469,16 +469,40 @@ def test_the_lm_heads_are_patched_for_any_other_log_prob_temperature(
     assert calls == patched
 
 
-@pytest.mark.parametrize("penalty, recordable", [(1.0, True), (0.9, False), (1.1, False)])
-def test_sampling_is_recorded_only_without_a_repetition_penalty(penalty, recordable):
-    """generate applies a repetition penalty (either way from 1) before the recorder sees the scores, which are
-    then not the policy's distribution."""
+@pytest.mark.parametrize(
+    "vllm, batching, penalty, recordable",
+    [
+        (False, False, 1.0, True),
+        (False, False, 0.9, False),
+        (False, False, 1.1, False),
+        (True, False, 1.0, False),
+        (False, True, 1.0, False),
+    ],
+)
+def test_sampling_is_recorded_only_by_generate_without_a_repetition_penalty(
+    vllm, batching, penalty, recordable
+):
+    """The recorder is a logits processor of transformers' generate (not vLLM's, not continuous batching's), and
+    generate applies a repetition penalty (either way from 1) before it sees the scores, which are then not the
+    policy's distribution."""
     from experiments.trainers.seams import GRPOSeamsMixin
 
     trainer = GRPOSeamsMixin.__new__(GRPOSeamsMixin)
-    trainer.use_vllm = trainer.use_transformers_continuous_batching = False
+    trainer.use_vllm, trainer.use_transformers_continuous_batching = vllm, batching
     trainer.repetition_penalty = penalty
     assert trainer._can_record() is recordable
+
+
+def test_the_policys_log_probs_for_a_rollout_carry_no_gradient():
+    """The forward pass for log π_old when nothing was recorded: its values, not a graph through the policy."""
+    from experiments.trainers.seams import GRPOSeamsMixin
+
+    trainer = GRPOSeamsMixin.__new__(GRPOSeamsMixin)
+    trainer.model = torch.nn.Parameter(torch.ones(2, 3))
+    trainer.args = SimpleNamespace(per_device_train_batch_size=2, per_device_eval_batch_size=2)
+    trainer._completion_logps = lambda model, out, batch_size=None: (model * 2, None)
+    logps = trainer._policy_logps({}, "train")
+    assert torch.equal(logps, torch.full((2, 3), 2.0)) and not logps.requires_grad
 
 
 def test_a_checkpoint_inside_a_rollout_resumes_it(
