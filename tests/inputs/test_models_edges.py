@@ -15,6 +15,9 @@ import pytest
 from experiments.inputs import models
 from experiments.inputs.models import ModelError
 
+# The smallest model shape the build accepts: these tests read its files, not its outputs.
+SMALLEST = {"hidden_size": 8, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1}
+
 
 def _complete(folder: Path, marker: str = models.BUILD_INFO) -> None:
     folder.mkdir(parents=True, exist_ok=True)
@@ -171,10 +174,7 @@ def test_the_smallest_vocabulary_builds_and_the_record_says_how(tmp_path) -> Non
     out = models.build_tiny_model(
         tmp_path / "not" / "yet" / "m",  # its parents are made too
         vocab_size=260,
-        hidden_size=8,
-        num_layers=1,
-        num_heads=2,
-        num_kv_heads=1,
+        **SMALLEST,
         corpus=corpus,
     )
     config = json.loads((out / "config.json").read_text())
@@ -195,7 +195,7 @@ def test_the_smallest_vocabulary_builds_and_the_record_says_how(tmp_path) -> Non
 
 
 def test_a_tiny_model_cached_with_its_own_corpus_is_built_from_it(tmp_path) -> None:
-    kw = {"vocab_size": 270, "hidden_size": 8, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1}
+    kw = {"vocab_size": 270, **SMALLEST}
     one = models.tiny_model_path(cache_dir=tmp_path, corpus=["aaaa bbbb"], **kw)
     two = models.tiny_model_path(cache_dir=tmp_path, corpus=["cccc dddd"], **kw)
     assert one != two and one.parent == tmp_path / "tiny" and one.name.startswith("qwen2-")
@@ -530,10 +530,7 @@ def test_the_tokenizer_recipe_is_the_one_its_version_names(tmp_path) -> None:
     out = models.build_tiny_model(
         tmp_path / "m",
         vocab_size=300,
-        hidden_size=8,
-        num_layers=1,
-        num_heads=2,
-        num_kv_heads=1,
+        **SMALLEST,
         corpus=RECIPE_CORPUS,
     )
     model = json.loads((out / "tokenizer.json").read_text())["model"]
