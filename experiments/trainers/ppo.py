@@ -421,9 +421,9 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
 
             critic = get_peft_model(critic, adapter)
         disable_dropout_in_model(critic)
-        if args.gradient_checkpointing:
-            critic.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs=args.gradient_checkpointing_kwargs
+        if args.activation_checkpointing:  # with the kwargs GRPOTrainer re-enables the policy's with
+            critic.activation_checkpointing_enable(
+                activation_checkpointing_kwargs=args.activation_checkpointing_kwargs
             )
         optimizer = torch.optim.AdamW(
             [p for p in critic.parameters() if p.requires_grad],
@@ -571,6 +571,9 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
 
     # ---- 2. update: clipped policy loss + clipped value loss - entropy bonus ------------------------------------
     def training_step(self, model, inputs, num_items_in_batch):
+        # The Trainer puts the policy in training mode here; the critic follows, or its activation checkpointing
+        # (which transformers applies only in training mode) would never run.
+        self.critic.train()
         # Like the policy, the critic's gradients are reduced across ranks only on the last micro-batch of a step.
         sync = self.accelerator.sync_gradients
         with contextlib.nullcontext() if sync else self.accelerator.no_sync(self.critic):

@@ -813,12 +813,21 @@ def test_ppo_critic_learns_and_is_clipped_stepped_and_zeroed(
     assert trainer.critic_scheduler is not None and trainer.critic_scheduler.last_epoch == 2
 
 
+@pytest.mark.parametrize("max_norm", [0.0, -1.0])
 def test_ppo_critic_is_not_clipped_when_max_grad_norm_is_0(
-    tiny_model_dir, tokenizer, dataset, tmp_path, tiny_train_args
+    tiny_model_dir, tokenizer, dataset, tmp_path, tiny_train_args, max_norm
 ):
-    """max_grad_norm 0 turns clipping off, as it does for the policy: the critic's step is the unclipped one."""
+    """max_grad_norm 0 (or below, which PPOConfig accepts) turns clipping off, as transformers' Trainer does for
+    the policy: the critic's step is the unclipped one (a negative norm given to the clip would flip it)."""
     trainer = make_trainer(
-        tiny_train_args, "ppo", tiny_model_dir, tokenizer, dataset, tmp_path, max_grad_norm=0.0, vf_coef=1.0
+        tiny_train_args,
+        "ppo",
+        tiny_model_dir,
+        tokenizer,
+        dataset,
+        tmp_path,
+        max_grad_norm=max_norm,
+        vf_coef=1.0,
     )
     critic = trainer.accelerator.unwrap_model(trainer.critic)
     norms_at_step = []
@@ -985,12 +994,13 @@ def test_ppo_checkpoint_saves_and_resume_restores_the_critic(
     assert second.state.global_step == 2
 
 
-@pytest.mark.parametrize("version, refused", [(1, True), (2, False)])
+@pytest.mark.parametrize("version, refused", [(1, True), (2, False), (3, True)])
 def test_ppo_checks_the_fsdp_version_accelerate_set_up(
     monkeypatch, tmp_path, tiny_train_args, version, refused
 ):
     """The launcher's FSDP plugin, once accelerate has set up (GRPOTrainer's part stood in for): v1 is refused
-    before the critic is built, v2 goes on to build it."""
+    before the critic is built, v2 goes on to build it. accelerate prepares every version but 2 as v1
+    (`AcceleratorState.is_fsdp2`) without refusing one, so a 3 is v1 too."""
     from trl import GRPOTrainer
 
     from experiments.trainers import ppo
@@ -1088,6 +1098,84 @@ def test_a_critic_saved_in_shards_is_read_whole(tmp_path):
     )
     save_file({"v.weight": torch.ones(1)}, tmp_path / "model.safetensors")  # one file: read alone
     assert list(read_critic_weights(tmp_path)) == ["v.weight"]
+
+
+def test_ppo_critic_recomputes_its_layers_in_backward_as_the_policy_does(
+    tiny_model_dir, tokenizer, dataset, tmp_path, tiny_train_args
+):
+    """activation_checkpointing applies to the critic, whose backbone is as large as the policy's: in a training
+    step each of its decoder layers runs again in the backward pass, as the policy's do (transformers checkpoints
+    a layer only in training mode). Counted against a run without checkpointing, one step each."""
+
+    def layer_calls(checkpointing: bool) -> dict[str, list[int]]:
+        trainer = make_trainer(
+            tiny_train_args,
+            "ppo",
+            tiny_model_dir,
+            tokenizer,
+            dataset,
+            tmp_path / str(checkpointing),
+            max_steps=1,
+            activation_checkpointing=checkpointing,
+        )
+        critic = trainer.accelerator.unwrap_model(trainer.critic)
+        calls = {"policy": [0, 0], "critic": [0, 0]}
+        for key, model in (("policy", trainer.model.model), ("critic", critic.model)):
+            assert len(model.layers) == 2
+            # The MLP, on entry: the replay reruns the layer's forward only, and stops once it has what it needs.
+            for i, layer in enumerate(model.layers):
+                layer.mlp.register_forward_pre_hook(
+                    lambda module, args, key=key, i=i: calls[key].__setitem__(i, calls[key][i] + 1)
+                )
+        trainer.train()
+        return calls
+
+    off, on = layer_calls(False), layer_calls(True)
+    assert all(n > 0 for n in off["critic"])
+    recomputed = {key: [a - b for a, b in zip(on[key], off[key])] for key in on}
+    assert all(n > 0 for n in recomputed["policy"])
+    assert recomputed["critic"] == recomputed["policy"]  # one backward pass each per micro-step
+
+
+def test_a_critic_sharded_by_fsdp2_is_saved_whole(tmp_path):
+    """Under FSDP2 the critic's parameters are DTensors (one shard per rank): save_model gathers them into plain
+    tensors that read back equal to the critic's own (fully_shard on one CPU process, gloo over an in-memory
+    store; tests/run/test_fsdp.py runs two ranks end to end)."""
+    import torch.distributed as dist
+    from safetensors.torch import load_file
+    from torch.distributed.fsdp import fully_shard
+    from transformers import AutoModelForTokenClassification, Qwen2Config
+    from trl import GRPOTrainer
+
+    from experiments.trainers.ppo import CRITIC_DIR
+
+    config = Qwen2Config(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_labels=1,
+    )
+    torch.manual_seed(0)
+    critic = AutoModelForTokenClassification.from_config(config)
+    expected = params_of(critic)
+    trainer = PPOTrainer.__new__(PPOTrainer)
+    trainer.args = SimpleNamespace(should_save=True, output_dir=str(tmp_path))
+    trainer.accelerator = SimpleNamespace(unwrap_model=lambda m: m)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        trainer.critic = fully_shard(critic)
+        assert all(type(p).__name__ == "DTensor" for p in critic.parameters())
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(GRPOTrainer, "save_model", lambda self, output_dir=None, _internal_call=False: None)
+            trainer.save_model()
+    finally:
+        dist.destroy_process_group()
+    saved = load_file(tmp_path / CRITIC_DIR / "model.safetensors")
+    assert sorted(saved) == sorted(expected)
+    assert all(type(v) is torch.Tensor and torch.equal(v, expected[k]) for k, v in saved.items())
 
 
 def test_ppo_runs_with_one_generation_per_prompt(
