@@ -360,6 +360,13 @@ def test_loss_mask_drops_tool_tokens_and_rollout_bookkeeping() -> None:
     assert seams._trl_computes_old_logps(3)  # 6 micro-steps: the later ones are off-policy
     seams.use_vllm = True
     assert seams._trl_computes_old_logps(2)
+    seams.use_vllm = False
+    seams.args.gradient_accumulation_steps = (
+        2  # 2 epochs x 2 minibatches: 4 optimizer steps of one micro-step
+    )
+    assert seams._trl_computes_old_logps(2)
+    assert not seams._trl_computes_old_logps(1)  # 2 minibatches, one optimizer step of both
+    seams.args.gradient_accumulation_steps = 4
     seams._buffered_inputs, seams.num_iterations = [1], 2
     seams._step = 4
     assert not seams._inside_rollout()
@@ -367,6 +374,81 @@ def test_loss_mask_drops_tool_tokens_and_rollout_bookkeeping() -> None:
     assert seams._inside_rollout()
     seams._step = 6  # the second of the two optimizer steps' worth of the same rollout, not a new rollout
     assert seams._inside_rollout()
+    seams.args.steps_per_generation, seams.num_iterations = 4, 1  # one epoch of 4 minibatches: 4 micro-steps
+    assert [seams._inside_rollout() for seams._step in range(9)] == [False, True, True, True] * 2 + [False]
+    seams._buffered_inputs = None  # nothing sampled yet
+    assert not seams._inside_rollout()
+
+
+class _Checkpoints:
+    """What GRPOSeamsMixin's checkpoint hooks call up to: the Trainer's part, which does nothing here."""
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        pass
+
+
+class _Resumer(GRPOSeamsMixin, _Checkpoints):
+    accelerator = SimpleNamespace(process_index=0, device=torch.device("cpu"))
+    _step, _buffered_inputs = 0, None
+
+
+def test_a_resume_takes_the_rollout_only_from_the_checkpoint_that_holds_one(tmp_path, monkeypatch) -> None:
+    """A checkpoint between rollouts holds no rollout file: the resume samples afresh. A rollout file elsewhere
+    (here in the working directory) is never read when there is no checkpoint."""
+    from experiments.trainers.seams import ROLLOUT_FILE
+
+    between = tmp_path / "checkpoint-4"
+    between.mkdir()
+    trainer = _Resumer()
+    trainer._load_optimizer_and_scheduler(str(between))
+    assert (trainer._step, trainer._buffered_inputs) == (0, None)
+    monkeypatch.chdir(tmp_path)
+    torch.save({"step": 3, "buffered_inputs": [{"x": torch.ones(1)}]}, ROLLOUT_FILE.format(rank=0))
+    trainer._load_optimizer_and_scheduler(None)
+    assert (trainer._step, trainer._buffered_inputs) == (0, None)
+    inside = tmp_path / "checkpoint-3"
+    inside.mkdir()
+    (tmp_path / ROLLOUT_FILE.format(rank=0)).rename(inside / ROLLOUT_FILE.format(rank=0))
+    trainer._load_optimizer_and_scheduler(str(inside))
+    assert trainer._step == 3 and torch.equal(trainer._buffered_inputs[0]["x"], torch.ones(1))
+
+
+class _Generation:
+    """GRPOTrainer's `_generate_single_turn`, reduced to noting whether the policy's generate was patched."""
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images):
+        self.patched.append("generate" in vars(self.model))
+        return "completions"
+
+
+class _Policy:
+    def generate(self, **kwargs):
+        raise AssertionError("not called here")
+
+
+class _Sampler(GRPOSeamsMixin, _Generation):
+    def __init__(self, wants: bool, penalty: float) -> None:
+        self.wants, self.repetition_penalty = wants, penalty
+        self.use_vllm = self.use_transformers_continuous_batching = False
+        self.temperature, self.args = 1.0, SimpleNamespace(logprob_temperature=None)
+        self.model, self.patched = _Policy(), []
+        self.accelerator = _Accelerator()
+
+    def _wants_sampled_logps(self) -> bool:
+        return self.wants
+
+
+@pytest.mark.parametrize("wants", [True, False])
+@pytest.mark.parametrize("penalty", [1.0, 1.2])
+def test_sampling_records_log_pi_only_when_wanted_and_recordable(wants: bool, penalty: float) -> None:
+    """The recorder is set, and generate patched with it, only when the method wants log π of the samples and
+    generate can give it (no repetition penalty); either alone leaves sampling as GRPOTrainer's."""
+    sampler = _Sampler(wants, penalty)
+    assert sampler._generate_single_turn([[1]], None, None, 2) == "completions"
+    record = wants and penalty == 1.0
+    assert sampler.patched == [record]
+    assert isinstance(sampler._sampling_recorder, SampledLogprobs) is record
+    assert "generate" not in vars(sampler.model)  # the class's generate is back
 
 
 # ---- fabricated trainers ----------------------------------------------------------------------------------------
@@ -890,6 +972,52 @@ def test_ppo_rollout_keeps_log_pi_old_only_when_a_ratio_or_the_kl_penalty_needs_
         epochs,
         spg,
     )  # restored after sampling
+
+
+@pytest.mark.parametrize("penalty, grpo_sees", [(1.0, (1, 1)), (1.3, (2, 4))])
+def test_ppo_hides_the_rollouts_later_updates_from_grpo_only_while_sampling_records(
+    monkeypatch: pytest.MonkeyPatch, penalty: float, grpo_sees: tuple[int, int]
+) -> None:
+    """2 epochs of 4 minibatches: GRPOTrainer would compute log π_old with a forward pass. While sampling records
+    it, PPO shows GRPOTrainer one on-policy step; under a repetition penalty nothing can be recorded, and
+    GRPOTrainer sees the rollout as it is (and computes log π_old itself)."""
+    seen = []
+
+    def grpo_part(self, inputs):
+        seen.append((self.num_iterations, self.args.steps_per_generation))
+        return _batch()
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", grpo_part)
+    trainer = _ppo(steps_per_generation=4, gradient_accumulation_steps=1)
+    trainer.num_iterations, trainer.repetition_penalty = 2, penalty
+    trainer._critic_values = lambda critic, batch, batch_size=None: VALUES.clone()
+    trainer._generate_and_score_completions([{}] * 4)
+    assert seen == [grpo_sees]
+    assert (trainer.num_iterations, trainer.args.steps_per_generation) == (2, 4)
+
+
+@pytest.mark.parametrize("sync", [True, False])
+def test_ppo_critic_gradients_are_reduced_only_on_the_steps_last_micro_batch(
+    monkeypatch: pytest.MonkeyPatch, sync: bool
+) -> None:
+    """As for the policy: the micro-batches before the last accumulate the critic's gradients without the
+    all-reduce (accelerate's no_sync), and the last one reduces them."""
+    entered = []
+
+    @contextlib.contextmanager
+    def no_sync(model):
+        entered.append(model)
+        yield
+
+    trainer = _ppo()
+    trainer.critic = torch.nn.Linear(1, 1).eval()
+    trainer.accelerator = SimpleNamespace(sync_gradients=sync, no_sync=no_sync)
+    monkeypatch.setattr(
+        GRPOTrainer, "training_step", lambda self, model, inputs, n: entered.append("step") or "loss"
+    )
+    assert trainer.training_step(trainer.model, {}, 4) == "loss"
+    assert entered == (["step"] if sync else [trainer.critic, "step"])
+    assert trainer.critic.training
 
 
 def test_ppo_rollout_without_reward_variance_zeroes_the_advantages(monkeypatch: pytest.MonkeyPatch) -> None:
