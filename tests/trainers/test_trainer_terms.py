@@ -361,9 +361,8 @@ def test_loss_mask_drops_tool_tokens_and_rollout_bookkeeping() -> None:
     seams.use_vllm = True
     assert seams._trl_computes_old_logps(2)
     seams.use_vllm = False
-    seams.args.gradient_accumulation_steps = (
-        2  # 2 epochs x 2 minibatches: 4 optimizer steps of one micro-step
-    )
+    # 2 epochs x 2 minibatches: 4 optimizer steps of one micro-step each
+    seams.args.gradient_accumulation_steps = 2
     assert seams._trl_computes_old_logps(2)
     assert not seams._trl_computes_old_logps(1)  # 2 minibatches, one optimizer step of both
     seams.args.gradient_accumulation_steps = 4

@@ -444,7 +444,14 @@ def test_logprob_temperature_takes_log_pi_from_the_raw_logits(
 
 @pytest.mark.parametrize(
     "logprob_temperature, sampling, patched",
-    [(0.5, 0.8, [0.5, 0.5]), (1.0, 0.8, [1.0, 1.0]), (None, 0.8, []), (0.8, 0.8, [])],
+    [
+        (0.5, 0.8, [0.5, 0.5]),
+        (1.0, 0.8, [1.0, 1.0]),
+        (None, 0.8, []),
+        (0.8, 0.8, []),
+        (float("0.7"), 0.7, []),  # the same number, parsed apart from the sampling one
+        (1, 1.0, []),  # YAML's `1`
+    ],
 )
 def test_the_lm_heads_are_patched_for_any_other_log_prob_temperature(
     monkeypatch, logprob_temperature, sampling, patched
@@ -1137,17 +1144,17 @@ def test_ppo_critic_recomputes_its_layers_in_backward_as_the_policy_does(
     assert recomputed["critic"] == recomputed["policy"]  # one backward pass each per micro-step
 
 
-def test_a_critic_sharded_by_fsdp2_is_saved_whole(tmp_path):
-    """Under FSDP2 the critic's parameters are DTensors (one shard per rank): save_model gathers them into plain
-    tensors that read back equal to the critic's own (fully_shard on one CPU process, gloo over an in-memory
-    store; tests/run/test_fsdp.py runs two ranks end to end)."""
+def test_a_critic_sharded_by_fsdp2_is_checkpointed_whole(tmp_path):
+    """Under FSDP2 the critic's parameters and its optimizer's state are DTensors (one shard per rank): a
+    checkpoint gathers both into plain tensors, equal to the critic's own and keyed by parameter name (fully_shard
+    on one CPU process, gloo over an in-memory store; tests/run/test_fsdp.py runs two ranks end to end)."""
     import torch.distributed as dist
     from safetensors.torch import load_file
     from torch.distributed.fsdp import fully_shard
     from transformers import AutoModelForTokenClassification, Qwen2Config
     from trl import GRPOTrainer
 
-    from experiments.trainers.ppo import CRITIC_DIR
+    from experiments.trainers.ppo import CRITIC_DIR, CRITIC_OPTIMIZER
 
     config = Qwen2Config(
         vocab_size=64,
@@ -1160,22 +1167,87 @@ def test_a_critic_sharded_by_fsdp2_is_saved_whole(tmp_path):
     )
     torch.manual_seed(0)
     critic = AutoModelForTokenClassification.from_config(config)
-    expected = params_of(critic)
     trainer = PPOTrainer.__new__(PPOTrainer)
-    trainer.args = SimpleNamespace(should_save=True, output_dir=str(tmp_path))
+    trainer.args = SimpleNamespace(should_save=True, output_dir=str(tmp_path), save_only_model=False)
     trainer.accelerator = SimpleNamespace(unwrap_model=lambda m: m)
+    trainer.args.steps_per_generation, trainer.num_iterations = 1, 1
+    trainer.state, trainer.critic_scheduler = SimpleNamespace(global_step=1), None
+    trainer._buffered_inputs, trainer._step = None, 1  # between rollouts: no rollout file
+    trainer._get_output_dir = lambda trial: str(tmp_path)
+
+    def trainer_checkpoint(self, model, trial):  # the Trainer's part: the policy's files, then save_model
+        self.save_model(str(tmp_path / "checkpoint-1"), _internal_call=True)
+
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         trainer.critic = fully_shard(critic)
+        optimizer = torch.optim.AdamW(critic.parameters(), lr=1e-2)
+        critic(input_ids=torch.tensor([[1, 2, 3]])).logits.sum().backward()
+        optimizer.step()
+        trainer.critic_optimizer = SimpleNamespace(optimizer=optimizer)
+        names = {p: name for name, p in critic.named_parameters()}
+        weights = {name: p.full_tensor() for p, name in names.items()}
+        moments = {names[p]: state["exp_avg"].full_tensor() for p, state in optimizer.state.items()}
         assert all(type(p).__name__ == "DTensor" for p in critic.parameters())
         with pytest.MonkeyPatch.context() as m:
             m.setattr(GRPOTrainer, "save_model", lambda self, output_dir=None, _internal_call=False: None)
-            trainer.save_model()
+            m.setattr(GRPOTrainer, "_save_checkpoint", trainer_checkpoint)
+            trainer._save_checkpoint(critic, None)
     finally:
         dist.destroy_process_group()
-    saved = load_file(tmp_path / CRITIC_DIR / "model.safetensors")
-    assert sorted(saved) == sorted(expected)
-    assert all(type(v) is torch.Tensor and torch.equal(v, expected[k]) for k, v in saved.items())
+    saved = load_file(tmp_path / "checkpoint-1" / CRITIC_DIR / "model.safetensors")
+    assert sorted(saved) == sorted(weights)
+    assert all(type(v) is torch.Tensor and torch.equal(v, weights[k]) for k, v in saved.items())
+    state = torch.load(tmp_path / "checkpoint-1" / CRITIC_DIR / CRITIC_OPTIMIZER, weights_only=True)["state"]
+    assert sorted(state) == sorted(moments) == sorted(weights)
+    assert all(
+        type(v["exp_avg"]) is torch.Tensor and torch.equal(v["exp_avg"], moments[k]) for k, v in state.items()
+    )
+
+
+UNPICKLED: list[str] = []
+
+
+class _RunsWhenUnpickled:
+    """A pickled object whose loading runs code (here, harmlessly, a list append)."""
+
+    def __reduce__(self):
+        return (UNPICKLED.append, ("ran",))
+
+
+def test_ppo_resume_reads_the_critics_checkpoint_as_weights_only(tmp_path, monkeypatch):
+    """A critic folder with its weights alone (no optimizer or scheduler file) restores the weights and leaves the
+    optimizer and the scheduler as they are; an optimizer file that holds any other pickled object is refused,
+    and what it holds is not run."""
+    import pickle
+
+    from safetensors.torch import save_file
+    from transformers import Trainer
+
+    from experiments.trainers.ppo import CRITIC_DIR, CRITIC_OPTIMIZER
+
+    monkeypatch.setattr(Trainer, "_load_optimizer_and_scheduler", lambda self, checkpoint: None)
+    trainer = PPOTrainer.__new__(PPOTrainer)
+    trainer.accelerator = SimpleNamespace(process_index=0, unwrap_model=lambda m: m)
+    trainer.use_adaptive_entropy = False  # GRPOTrainer's own state in a checkpoint
+    trainer.critic = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.AdamW(trainer.critic.parameters(), lr=1e-2)
+    trainer.critic_optimizer = SimpleNamespace(optimizer=optimizer)
+    trainer.critic_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    critic_dir = tmp_path / "checkpoint-2" / CRITIC_DIR
+    critic_dir.mkdir(parents=True)
+    saved = {"weight": torch.full((1, 2), 3.0), "bias": torch.full((1,), -1.0)}
+    save_file(saved, critic_dir / "model.safetensors")
+    trainer._load_optimizer_and_scheduler(str(critic_dir.parent))
+    assert torch.equal(trainer.critic.weight, saved["weight"]) and torch.equal(
+        trainer.critic.bias, saved["bias"]
+    )
+    assert not optimizer.state and trainer.critic_scheduler.last_epoch == 0
+
+    torch.save(optimizer.state_dict() | {"extra": _RunsWhenUnpickled()}, critic_dir / CRITIC_OPTIMIZER)
+    with pytest.raises(pickle.UnpicklingError):
+        trainer._load_optimizer_and_scheduler(str(critic_dir.parent))
+    assert UNPICKLED == []
 
 
 def test_ppo_runs_with_one_generation_per_prompt(
