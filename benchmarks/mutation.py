@@ -549,7 +549,7 @@ def coverage_map(
         finally:
             os._exit(rc)
     deadline = time.time() + timeout
-    while not os.waitpid(pid, os.WNOHANG)[0]:
+    while not (done := os.waitpid(pid, os.WNOHANG))[0]:
         if time.time() > deadline:
             os.kill(pid, 9)
             os.waitpid(pid, 0)
@@ -557,6 +557,11 @@ def coverage_map(
                 f"the coverage run of {' '.join(tests)} took over {timeout:.0f} s: raise --timeout"
             )
         time.sleep(0.05)
+    if os.waitstatus_to_exitcode(done[1]) != 0:
+        raise SystemExit(
+            f"the unmutated tree fails {' '.join(tests)} (pytest exit {os.waitstatus_to_exitcode(done[1])}): "
+            "fix the tests first, or every mutant they are given counts as killed"
+        )
     data = coverage.CoverageData(basename=str(data_file))
     data.read()
     if not data.measured_files():
