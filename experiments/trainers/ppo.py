@@ -421,7 +421,7 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
 
             critic = get_peft_model(critic, adapter)
         disable_dropout_in_model(critic)
-        if args.activation_checkpointing:  # with the kwargs GRPOTrainer re-enables the policy's with
+        if args.activation_checkpointing:  # the kwargs GRPOTrainer re-enables the policy's checkpointing with
             critic.activation_checkpointing_enable(
                 activation_checkpointing_kwargs=args.activation_checkpointing_kwargs
             )
