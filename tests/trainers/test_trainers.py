@@ -1144,14 +1144,15 @@ def test_ppo_critic_recomputes_its_layers_in_backward_as_the_policy_does(
     assert recomputed["critic"] == recomputed["policy"]  # one backward pass each per micro-step
 
 
-def test_a_critic_sharded_by_fsdp2_is_checkpointed_whole(tmp_path):
+def test_a_critic_sharded_by_fsdp2_is_checkpointed_whole_and_resumed(tmp_path, monkeypatch):
     """Under FSDP2 the critic's parameters and its optimizer's state are DTensors (one shard per rank): a
-    checkpoint gathers both into plain tensors, equal to the critic's own and keyed by parameter name (fully_shard
-    on one CPU process, gloo over an in-memory store; tests/run/test_fsdp.py runs two ranks end to end)."""
+    checkpoint gathers both into plain tensors, equal to the critic's own and keyed by parameter name, and a
+    resume puts them back into a fresh sharded critic (fully_shard on one CPU process, gloo over an in-memory
+    store; tests/run/test_fsdp.py runs two ranks end to end)."""
     import torch.distributed as dist
     from safetensors.torch import load_file
     from torch.distributed.fsdp import fully_shard
-    from transformers import AutoModelForTokenClassification, Qwen2Config
+    from transformers import AutoModelForTokenClassification, Qwen2Config, Trainer
     from trl import GRPOTrainer
 
     from experiments.trainers.ppo import CRITIC_DIR, CRITIC_OPTIMIZER
@@ -1167,9 +1168,12 @@ def test_a_critic_sharded_by_fsdp2_is_checkpointed_whole(tmp_path):
     )
     torch.manual_seed(0)
     critic = AutoModelForTokenClassification.from_config(config)
-    trainer = PPOTrainer.__new__(PPOTrainer)
+    torch.manual_seed(1)
+    fresh = AutoModelForTokenClassification.from_config(config)
+    trainer, resumed = PPOTrainer.__new__(PPOTrainer), PPOTrainer.__new__(PPOTrainer)
     trainer.args = SimpleNamespace(should_save=True, output_dir=str(tmp_path), save_only_model=False)
-    trainer.accelerator = SimpleNamespace(unwrap_model=lambda m: m)
+    trainer.accelerator = resumed.accelerator = SimpleNamespace(process_index=0, unwrap_model=lambda m: m)
+    resumed.use_adaptive_entropy, resumed.critic_scheduler = False, None
     trainer.args.steps_per_generation, trainer.num_iterations = 1, 1
     trainer.state, trainer.critic_scheduler = SimpleNamespace(global_step=1), None
     trainer._buffered_inputs, trainer._step = None, 1  # between rollouts: no rollout file
@@ -1193,6 +1197,15 @@ def test_a_critic_sharded_by_fsdp2_is_checkpointed_whole(tmp_path):
             m.setattr(GRPOTrainer, "save_model", lambda self, output_dir=None, _internal_call=False: None)
             m.setattr(GRPOTrainer, "_save_checkpoint", trainer_checkpoint)
             trainer._save_checkpoint(critic, None)
+        resumed.critic = fully_shard(fresh)
+        resumed.critic_optimizer = SimpleNamespace(optimizer=torch.optim.AdamW(fresh.parameters(), lr=1e-2))
+        monkeypatch.setattr(Trainer, "_load_optimizer_and_scheduler", lambda self, checkpoint: None)
+        resumed._load_optimizer_and_scheduler(str(tmp_path / "checkpoint-1"))
+        assert all(torch.equal(p.full_tensor(), weights[name]) for name, p in fresh.named_parameters())
+        assert all(
+            torch.equal(resumed.critic_optimizer.optimizer.state[p]["exp_avg"].full_tensor(), moments[name])
+            for name, p in fresh.named_parameters()
+        )
     finally:
         dist.destroy_process_group()
     saved = load_file(tmp_path / "checkpoint-1" / CRITIC_DIR / "model.safetensors")
@@ -1217,14 +1230,14 @@ class _RunsWhenUnpickled:
 
 def test_ppo_resume_reads_the_critics_checkpoint_as_weights_only(tmp_path, monkeypatch):
     """A critic folder with its weights alone (no optimizer or scheduler file) restores the weights and leaves the
-    optimizer and the scheduler as they are; an optimizer file that holds any other pickled object is refused,
-    and what it holds is not run."""
+    optimizer and the scheduler as they are; an optimizer or scheduler file that holds any other pickled object is
+    refused, and what it holds is not run."""
     import pickle
 
     from safetensors.torch import save_file
     from transformers import Trainer
 
-    from experiments.trainers.ppo import CRITIC_DIR, CRITIC_OPTIMIZER
+    from experiments.trainers.ppo import CRITIC_DIR, CRITIC_OPTIMIZER, CRITIC_SCHEDULER
 
     monkeypatch.setattr(Trainer, "_load_optimizer_and_scheduler", lambda self, checkpoint: None)
     trainer = PPOTrainer.__new__(PPOTrainer)
@@ -1247,7 +1260,58 @@ def test_ppo_resume_reads_the_critics_checkpoint_as_weights_only(tmp_path, monke
     torch.save(optimizer.state_dict() | {"extra": _RunsWhenUnpickled()}, critic_dir / CRITIC_OPTIMIZER)
     with pytest.raises(pickle.UnpicklingError):
         trainer._load_optimizer_and_scheduler(str(critic_dir.parent))
+    torch.save(optimizer.state_dict(), critic_dir / CRITIC_OPTIMIZER)
+    scheduler = trainer.critic_scheduler.state_dict()
+    torch.save(scheduler | {"extra": _RunsWhenUnpickled()}, critic_dir / CRITIC_SCHEDULER)
+    with pytest.raises(pickle.UnpicklingError):
+        trainer._load_optimizer_and_scheduler(str(critic_dir.parent))
     assert UNPICKLED == []
+    torch.save(scheduler | {"last_epoch": 5}, critic_dir / CRITIC_SCHEDULER)
+    trainer._load_optimizer_and_scheduler(str(critic_dir.parent))
+    assert trainer.critic_scheduler.last_epoch == 5
+
+
+@pytest.mark.parametrize("keys", ["position", "name"])
+def test_ppo_resume_reads_a_critic_optimizer_keyed_by_position_or_by_name(tmp_path, monkeypatch, keys):
+    """The critic's optimizer state as passk writes it now (keyed by parameter name, any layout) and as it wrote
+    it before (keyed by position): either is restored as saved."""
+    from safetensors.torch import save_file
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+    from transformers import Trainer
+
+    from experiments.trainers.ppo import CRITIC_DIR, CRITIC_OPTIMIZER
+
+    monkeypatch.setattr(Trainer, "_load_optimizer_and_scheduler", lambda self, checkpoint: None)
+    trainer = PPOTrainer.__new__(PPOTrainer)
+    trainer.accelerator = SimpleNamespace(process_index=0, unwrap_model=lambda m: m)
+    trainer.use_adaptive_entropy, trainer.critic_scheduler = False, None
+    trainer.critic = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.AdamW(trainer.critic.parameters(), lr=1e-2)
+    trainer.critic_optimizer = SimpleNamespace(optimizer=optimizer)
+
+    def step():
+        trainer.critic(torch.ones(1, 2)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    step()
+    critic_dir = tmp_path / "checkpoint-1" / CRITIC_DIR
+    critic_dir.mkdir(parents=True)
+    save_file(
+        {k: v.detach() for k, v in trainer.critic.state_dict().items()}, critic_dir / "model.safetensors"
+    )
+    written = (
+        optimizer.state_dict() if keys == "position" else get_optimizer_state_dict(trainer.critic, optimizer)
+    )
+    torch.save(written, critic_dir / CRITIC_OPTIMIZER)
+    saved = [optimizer.state[p]["exp_avg"].clone() for p in trainer.critic.parameters()]
+    step()  # the live state moves on
+    assert not torch.equal(optimizer.state[trainer.critic.weight]["exp_avg"], saved[0])
+    trainer._load_optimizer_and_scheduler(str(critic_dir.parent))
+    assert all(
+        torch.equal(optimizer.state[p]["exp_avg"], s) for p, s in zip(trainer.critic.parameters(), saved)
+    )
+    assert all(float(optimizer.state[p]["step"]) == 1.0 for p in trainer.critic.parameters())
 
 
 def test_ppo_runs_with_one_generation_per_prompt(
