@@ -780,6 +780,22 @@ class _Frozen:
         return self._state
 
 
+def critic_grad_norms_at_each_step(trainer: PPOTrainer) -> list[float]:
+    """The critic's gradient norm as its optimizer is about to step (once per optimizer step), filled in training."""
+    critic, norms = trainer.accelerator.unwrap_model(trainer.critic), []
+
+    def record_norm(optimizer, args, kwargs):
+        grads = [p.grad for p in critic.parameters() if p.grad is not None]
+        norms.append(
+            torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
+        )
+
+    trainer.critic_optimizer.optimizer.register_step_pre_hook(
+        record_norm
+    )  # the torch optimizer accelerate wraps
+    return norms
+
+
 def test_ppo_critic_learns_and_is_clipped_stepped_and_zeroed(
     tiny_model_dir, tokenizer, dataset, tmp_path, tiny_train_args
 ):
@@ -797,17 +813,7 @@ def test_ppo_critic_learns_and_is_clipped_stepped_and_zeroed(
     )
     critic = trainer.accelerator.unwrap_model(trainer.critic)
     before = params_of(critic)
-    norms_at_step = []
-
-    def record_norm(optimizer, args, kwargs):
-        grads = [p.grad for p in critic.parameters() if p.grad is not None]
-        norms_at_step.append(
-            torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
-        )
-
-    trainer.critic_optimizer.optimizer.register_step_pre_hook(
-        record_norm
-    )  # the torch optimizer accelerate wraps
+    norms_at_step = critic_grad_norms_at_each_step(trainer)
     trainer.train()
     assert (
         len(norms_at_step) == trainer.state.global_step == 2
@@ -836,16 +842,7 @@ def test_ppo_critic_is_not_clipped_when_max_grad_norm_is_0(
         max_grad_norm=max_norm,
         vf_coef=1.0,
     )
-    critic = trainer.accelerator.unwrap_model(trainer.critic)
-    norms_at_step = []
-
-    def record_norm(optimizer, args, kwargs):
-        grads = [p.grad for p in critic.parameters() if p.grad is not None]
-        norms_at_step.append(
-            torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item()
-        )
-
-    trainer.critic_optimizer.optimizer.register_step_pre_hook(record_norm)
+    norms_at_step = critic_grad_norms_at_each_step(trainer)
     trainer.train()
     assert len(norms_at_step) == 2 and all(n > 0 for n in norms_at_step)  # not clipped to 0
     assert not [h for h in trainer.state.log_history if "ppo/critic_grad_norm" in h]
