@@ -1141,6 +1141,8 @@ def test_ppo_critic_recomputes_its_layers_in_backward_as_the_policy_does(
     assert recomputed["critic"] == recomputed["policy"]  # one backward pass each per micro-step
 
 
+# torch warns that the sharded critic's output is a view, in case it is changed in place; nothing here does.
+@pytest.mark.filterwarnings("ignore:FSDP2-wrapped module .* returned a view tensor:UserWarning")
 def test_a_critic_sharded_by_fsdp2_is_checkpointed_whole_and_resumed(tmp_path, monkeypatch):
     """Under FSDP2 the critic's parameters and its optimizer's state are DTensors (one shard per rank): a
     checkpoint gathers both into plain tensors, equal to the critic's own and keyed by parameter name, and a
