@@ -557,9 +557,10 @@ def coverage_map(
                 f"the coverage run of {' '.join(tests)} took over {timeout:.0f} s: raise --timeout"
             )
         time.sleep(0.05)
-    if os.waitstatus_to_exitcode(done[1]) != 0:
+    exit_code = os.waitstatus_to_exitcode(done[1])
+    if exit_code != 0:
         raise SystemExit(
-            f"the unmutated tree fails {' '.join(tests)} (pytest exit {os.waitstatus_to_exitcode(done[1])}): "
+            f"the unmutated tree fails {' '.join(tests)} (pytest exit {exit_code}): "
             "fix the tests first, or every mutant they are given counts as killed"
         )
     data = coverage.CoverageData(basename=str(data_file))

@@ -1227,16 +1227,10 @@ class _RunsWhenUnpickled:
         return (UNPICKLED.append, ("ran",))
 
 
-def test_ppo_resume_reads_the_critics_checkpoint_as_weights_only(tmp_path, monkeypatch):
-    """A critic folder with its weights alone (no optimizer or scheduler file) restores the weights and leaves the
-    optimizer and the scheduler as they are; an optimizer or scheduler file that holds any other pickled object is
-    refused, and what it holds is not run."""
-    import pickle
-
-    from safetensors.torch import save_file
+def ppo_resuming_a_linear_critic(monkeypatch: pytest.MonkeyPatch, with_scheduler: bool) -> PPOTrainer:
+    """A PPOTrainer reduced to what its checkpoint loading reads: a Linear(2, 1) critic, its AdamW and optionally
+    its scheduler; the Trainer's own part of the loading does nothing."""
     from transformers import Trainer
-
-    from experiments.trainers.ppo import CRITIC_DIR, CRITIC_OPTIMIZER, CRITIC_SCHEDULER
 
     monkeypatch.setattr(Trainer, "_load_optimizer_and_scheduler", lambda self, checkpoint: None)
     trainer = PPOTrainer.__new__(PPOTrainer)
@@ -1245,7 +1239,24 @@ def test_ppo_resume_reads_the_critics_checkpoint_as_weights_only(tmp_path, monke
     trainer.critic = torch.nn.Linear(2, 1)
     optimizer = torch.optim.AdamW(trainer.critic.parameters(), lr=1e-2)
     trainer.critic_optimizer = SimpleNamespace(optimizer=optimizer)
-    trainer.critic_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    trainer.critic_scheduler = (
+        torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0) if with_scheduler else None
+    )
+    return trainer
+
+
+def test_ppo_resume_reads_the_critics_checkpoint_as_weights_only(tmp_path, monkeypatch):
+    """A critic folder with its weights alone (no optimizer or scheduler file) restores the weights and leaves the
+    optimizer and the scheduler as they are; an optimizer or scheduler file that holds any other pickled object is
+    refused, and what it holds is not run."""
+    import pickle
+
+    from safetensors.torch import save_file
+
+    from experiments.trainers.ppo import CRITIC_DIR, CRITIC_OPTIMIZER, CRITIC_SCHEDULER
+
+    trainer = ppo_resuming_a_linear_critic(monkeypatch, with_scheduler=True)
+    optimizer = trainer.critic_optimizer.optimizer
     critic_dir = tmp_path / "checkpoint-2" / CRITIC_DIR
     critic_dir.mkdir(parents=True)
     saved = {"weight": torch.full((1, 2), 3.0), "bias": torch.full((1,), -1.0)}
@@ -1276,17 +1287,11 @@ def test_ppo_resume_reads_a_critic_optimizer_keyed_by_position_or_by_name(tmp_pa
     it before (keyed by position): either is restored as saved."""
     from safetensors.torch import save_file
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-    from transformers import Trainer
 
     from experiments.trainers.ppo import CRITIC_DIR, CRITIC_OPTIMIZER
 
-    monkeypatch.setattr(Trainer, "_load_optimizer_and_scheduler", lambda self, checkpoint: None)
-    trainer = PPOTrainer.__new__(PPOTrainer)
-    trainer.accelerator = SimpleNamespace(process_index=0, unwrap_model=lambda m: m)
-    trainer.use_adaptive_entropy, trainer.critic_scheduler = False, None
-    trainer.critic = torch.nn.Linear(2, 1)
-    optimizer = torch.optim.AdamW(trainer.critic.parameters(), lr=1e-2)
-    trainer.critic_optimizer = SimpleNamespace(optimizer=optimizer)
+    trainer = ppo_resuming_a_linear_critic(monkeypatch, with_scheduler=False)
+    optimizer = trainer.critic_optimizer.optimizer
 
     def step():
         trainer.critic(torch.ones(1, 2)).sum().backward()
