@@ -292,6 +292,7 @@ class CodeReward:
             batch.unscorable,
             with_execution=self.needs_sandbox,
             with_cases=self.counts_cases,
+            entry_points=[None if t is None else self._entry_point(t) for t in batch.row_tests],
         )
         emit(self.last_metrics, log_metric)
         if log_extra is not None:

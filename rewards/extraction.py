@@ -56,6 +56,7 @@ __all__ = [
     "Extraction",
     "completion_text",
     "extract_code",
+    "has_empty_body",
     "has_implemented_function",
 ]
 
@@ -474,31 +475,50 @@ def _ends_inside_string(code: str) -> bool:
     return False
 
 
-def has_implemented_function(ex: Extraction, entry_point: str | None) -> bool:
-    """True when ``ex`` is one parseable program whose ``entry_point`` is defined once by the model and has a
-    body beyond a docstring, ``pass`` or ``...``. Used by the format reward."""
+def _entry_point_defs(
+    ex: Extraction, entry_point: str | None
+) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    """The top-level definitions of ``entry_point`` in ``ex``'s program (none when it does not parse)."""
     if not ex.ok or not entry_point:
-        return False
+        return []
     try:
         tree = ast.parse(ex.code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    defs = [
+        return []
+    return [
         n
         for n in tree.body
         if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == entry_point
     ]
+
+
+def _body_is_trivial(definition: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Nothing beyond a docstring, ``pass`` or ``...``: a stub."""
+    body = list(definition.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    return all(
+        isinstance(s, ast.Pass)
+        or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and s.value.value is Ellipsis)
+        for s in body
+    )
+
+
+def has_implemented_function(ex: Extraction, entry_point: str | None) -> bool:
+    """True when ``ex`` is one parseable program whose ``entry_point`` is defined once by the model and has a
+    body beyond a docstring, ``pass`` or ``...``. Used by the format reward."""
+    defs = _entry_point_defs(ex, entry_point)
     if not defs:
         return False
     own = re.findall(rf"^(?:async[ \t]+)?def[ \t]+{re.escape(entry_point)}[ \t]*\(", ex.snippet, re.M)
     if len(own) > 1:  # the model wrote the function twice: not "one function"
         return False
-    body = list(defs[-1].body)
-    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-        body = body[1:]  # the docstring
-    trivial = all(
-        isinstance(s, ast.Pass)
-        or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and s.value.value is Ellipsis)
-        for s in body
-    )
-    return bool(body) and not trivial
+    return not _body_is_trivial(defs[-1])
+
+
+def has_empty_body(ex: Extraction, entry_point: str | None) -> bool:
+    """True when the program that would run defines ``entry_point`` (its last definition, the one the tests
+    call) with nothing beyond a docstring, ``pass`` or ``...``: the answer is the prompt's stub. A health signal
+    (a policy that learns to write no body), logged as ``<prefix>/no_body_frac``."""
+    defs = _entry_point_defs(ex, entry_point)
+    return bool(defs) and _body_is_trivial(defs[-1])

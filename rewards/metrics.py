@@ -15,6 +15,8 @@ report line up across steps and runs. Fractions are over all completions in the 
 ``<prefix>/extract_<reason>_frac``  one per extraction failure reason, plus ``extract_cut_frac`` (trailing
                                     top-level code dropped)
 ``<prefix>/no_test_frac``           rows that could not be scored (reward None)
+``<prefix>/no_body_frac``           function rows only: the program defines the entry point with no body beyond a
+                                    docstring, ``pass`` or ``...`` (the prompt's stub given back)
 ``<prefix>/completion_chars``       mean completion length in characters
 """
 
@@ -25,7 +27,7 @@ from typing import Any
 
 from sandbox import CASE_VERDICTS, FORGED_FLAGS, STATUSES  # the sandbox's one list of each
 
-from .extraction import EXTRACT_FAILURE_REASONS, Extraction
+from .extraction import EXTRACT_FAILURE_REASONS, Extraction, has_empty_body
 
 __all__ = ["FORGED_EXIT_FLAGS", "STATUSES", "batch_metrics", "emit"]
 
@@ -47,8 +49,10 @@ def batch_metrics(
     *,
     with_execution: bool = True,
     with_cases: bool = False,
+    entry_points: Sequence[str | None] | None = None,
 ) -> dict[str, float]:
-    """Compute the metric dict for one batch; ``results[i]`` is None for rows that were not executed."""
+    """Compute the metric dict for one batch; ``results[i]`` is None for rows that were not executed.
+    ``entry_points`` (function rewards) adds ``no_body_frac``."""
     n = max(len(texts), 1)
     out: dict[str, float] = {}
     if with_execution:
@@ -67,6 +71,9 @@ def batch_metrics(
         out[f"{prefix}/extract_{reason}_frac"] = reasons.count(reason) / n
     out[f"{prefix}/extract_cut_frac"] = sum(bool(e is not None and e.cut) for e in extractions) / n
     out[f"{prefix}/no_test_frac"] = sum(bool(u) for u in unscorable) / n
+    if entry_points is not None:
+        stubs = sum(e is not None and has_empty_body(e, ep) for e, ep in zip(extractions, entry_points))
+        out[f"{prefix}/no_body_frac"] = stubs / n
     out[f"{prefix}/completion_chars"] = sum(len(t) for t in texts) / n
     return out
 

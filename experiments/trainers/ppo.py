@@ -350,7 +350,8 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
     - Logged per rollout: `ppo/adv_raw_mean`, `ppo/adv_raw_std` (before normalising), `ppo/adv_divisor` (what they
       were divided by: 1 if not, 0 if zeroed), `ppo/value_mean` against `ppo/return_mean`,
       `ppo/explained_variance`, `ppo/no_reward_variance` (its mean over a logging window is the share of rollouts
-      without reward variance); per step `ppo/vf_clipfrac`, `ppo/clipfrac`, `ppo/approx_kl`, `ppo/critic_warmup`.
+      without reward variance); per step `ppo/vf_clipfrac`, `ppo/clipfrac`, `ppo/approx_kl`, `ppo/critic_warmup`; at a rollout's last
+      micro-batch `ppo/approx_kl_rollout_end`.
 
     Known limit: until the critic has learned each prompt's value, a prompt whose completions all fail gets the
     negative advantage of a rollout whose mean is higher (GRPO gives it 0). On SmolLM2 with a 60-prompt budget
@@ -628,6 +629,9 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
         metrics["ppo/policy_loss"].append(mean_over_processes(pg_loss))
         metrics["ppo/clipfrac"].append(mean_over_processes(pg_stats["clipfrac"]))
         metrics["ppo/approx_kl"].append(mean_over_processes(pg_stats["approx_kl"]))
+        if mode == "train" and (self._step + 1) % (args.steps_per_generation * self.num_iterations) == 0:
+            # the rollout's last micro-batch: how far its updates moved the policy from the one that sampled it
+            metrics["ppo/approx_kl_rollout_end"].append(mean_over_processes(pg_stats["approx_kl"]))
         metrics["entropy"].append(mean_over_processes(entropy))
         return loss / normalizer
 

@@ -3,7 +3,8 @@
 `GRPOSeamsMixin` goes before `GRPOTrainer` in a trainer's bases. It gives each trainer, once:
 
 - `_calculate_rewards`: GRPOTrainer's, keeping the gathered per-function rewards in `_last_rewards_per_func` for
-  the trainer's own advantage estimator (GRPOTrainer folds them into its advantages and drops them);
+  the trainer's own advantage estimator (GRPOTrainer folds them into its advantages and drops them), and logging
+  the share of passing completions and their mean length (`answers/...`);
 - `_completion_logps`: the policy's forward pass over prompt + completion (GRPOTrainer's
   `_get_per_token_logps_and_entropies`), and `_policy_logps`, the same without gradient for log π_old;
 - `_generate_single_turn`: records log π of the sampled tokens while `generate` samples them
@@ -53,7 +54,21 @@ class GRPOSeamsMixin:
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._last_rewards_per_func = rewards_per_func  # (N_global, n_funcs), gathered across processes
+        self._log_passed_length(rewards_per_func, completion_ids_list)
         return rewards_per_func
+
+    def _log_passed_length(self, rewards_per_func: torch.Tensor, completion_ids_list: list) -> None:
+        """`answers/passed_frac` and, when any passed, `answers/passed_mean_length` (tokens): a completion passes
+        when every reward function that scored it gave 1.0. A policy that learns to pass with shorter and shorter
+        answers shows here before its held-out pass rate falls (TRL logs lengths of all completions only)."""
+        lengths = torch.tensor([len(ids) for ids in completion_ids_list], device=rewards_per_func.device)
+        lengths = self.accelerator.gather(lengths).float()  # the rewards are gathered in process order too
+        scored = ~torch.isnan(rewards_per_func)
+        passed = scored.any(dim=1) & torch.where(scored, rewards_per_func == 1.0, True).all(dim=1)
+        metrics = self._metrics[self._mode()]
+        metrics["answers/passed_frac"].append(passed.float().mean().item())
+        if passed.any():
+            metrics["answers/passed_mean_length"].append(lengths[passed].mean().item())
 
     def _set_advantages(self, out: dict[str, Any], advantages: torch.Tensor) -> dict[str, Any]:
         """Put advantages computed over the gathered batch into `out` (this process's slice) and into the

@@ -114,3 +114,23 @@ def test_trls_rewards_are_reexported_on_first_use() -> None:
     assert {"get_soft_overlong_punishment", "get_repetition_penalty_reward"} <= set(rewards.__all__)
     with pytest.raises(AttributeError, match="^module 'rewards' has no attribute 'no_such_reward'$"):
         rewards.no_such_reward  # noqa: B018 - the attribute access is the test
+
+
+def test_no_body_frac_counts_the_prompts_stub_given_back_and_only_with_entry_points() -> None:
+    """A program whose entry point is only a docstring, `pass` or `...` is a stub; a real body, a helper's stub
+    or a failed extraction is not."""
+    from rewards.extraction import extract_code
+
+    prompt = 'def f(x):\n    """Return x plus 1."""\n'
+    completions = [
+        '```python\ndef f(x):\n    """Return x plus 1."""\n```',
+        "```python\ndef f(x):\n    return x + 1\n```",
+        "    pass\n",
+        "```python\ndef g(x):\n    ...\ndef f(x):\n    return g(x)\n```",
+        "",
+    ]
+    extractions = [extract_code(prompt, c, "f") for c in completions]
+    args = ("unit_test", completions, extractions, [None] * 5, [False] * 5)
+    out = batch_metrics(*args, with_execution=False, entry_points=["f"] * 5)
+    assert out["unit_test/no_body_frac"] == 2 / 5
+    assert "unit_test/no_body_frac" not in batch_metrics(*args, with_execution=False)

@@ -692,6 +692,51 @@ def test_ppo_rollout_without_reward_variance_takes_no_policy_step(
     assert grads == [0.0]
 
 
+def even_length_passes(completions: list[str], **kwargs) -> list[float]:
+    """1.0 for a completion of even length, else 0: some pass, some fail, whatever the tiny model writes."""
+    return [float(len(c) % 2 == 0) for c in completions]
+
+
+def test_ppo_logs_passing_answers_share_and_length_and_the_kl_at_each_rollouts_end(
+    tiny_model_dir, tokenizer, dataset, tmp_path, tiny_train_args
+):
+    """The collapse diagnostics: the share of passing completions and their mean length in tokens (recomputed here
+    from the logged completions), and approx_kl at the last micro-batch of each rollout only."""
+    trainer = make_trainer(
+        tiny_train_args,
+        "ppo",
+        tiny_model_dir,
+        tokenizer,
+        dataset,
+        tmp_path,
+        reward_funcs=[even_length_passes],
+        max_steps=8,  # two rollouts of 4 optimizer steps
+        num_iterations=1,
+        kl_coef=0.0,
+    )
+    seen = []
+    original = trainer._calculate_rewards
+
+    def spy(inputs, prompts, completions, completion_ids_list):
+        rewards = original(inputs, prompts, completions, completion_ids_list)
+        seen.append([(len(ids), float(r)) for ids, r in zip(completion_ids_list, rewards[:, 0])])
+        return rewards
+
+    trainer._calculate_rewards = spy
+    trainer.train()
+    rows = [h for h in trainer.state.log_history if "loss" in h]
+    opening = [h for h in rows if "answers/passed_frac" in h]
+    assert len(opening) == len(seen) == 2
+    for logged, batch in zip(opening, seen):
+        passed = [n for n, r in batch if r == 1.0]
+        assert logged["answers/passed_frac"] == pytest.approx(len(passed) / len(batch))
+        if passed:
+            assert logged["answers/passed_mean_length"] == pytest.approx(sum(passed) / len(passed))
+    ends = [i for i, h in enumerate(rows) if "ppo/approx_kl_rollout_end" in h]
+    assert ends == [3, 7]
+    assert all(rows[i]["ppo/approx_kl_rollout_end"] == rows[i]["ppo/approx_kl"] for i in ends)
+
+
 class _GradNorms(TrainerCallback):
     """The policy's gradient norm just before each optimizer step."""
 
