@@ -140,7 +140,6 @@ _AT_LEAST_0 = (
     "epsilon_high",
     "delta",
     "kl_coef",
-    "vf_coef",
     "cliprange_value",
     "cliprange",
     "entropy_coef",
@@ -244,7 +243,7 @@ def validate(exp: ExperimentArgs, cfg: Any, *, world_size: int | None = None) ->
         minimum = 0 if key == "num_threads" else 1
         if getattr(exp, key) < minimum:
             raise ConfigError(f"{key}: must be >= {minimum}, got {getattr(exp, key)}")
-    for key in ("n_eval", "split_seed", "warm_start_steps", "eval_every_n_steps"):
+    for key in ("n_eval", "split_seed", "warm_start_steps", "eval_every_n_steps", "sigterm_grace_s"):
         if getattr(exp, key) < 0:
             raise ConfigError(f"{key}: must be >= 0, got {getattr(exp, key)}")
     if not exp.eval_ks:

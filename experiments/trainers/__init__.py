@@ -64,13 +64,13 @@ class MethodSpec:
 _REINFORCE_HPARAMS = ("baseline", "normalize_advantages", "kl_coef")
 _PPO_HPARAMS = (
     "critic_learning_rate",
-    "vf_coef",
     "cliprange_value",
     "gamma",
     "lam",
     "advantage_normalization",
     "critic_warmup_rollouts",
     "kl_coef",
+    "kl_in",
     "epsilon",
     "num_iterations",
     "entropy_coef",

@@ -29,6 +29,7 @@ __all__ = [
     "explained_variance",
     "group_baseline_advantages",
     "kl_k1",
+    "kl_k3",
     "masked_gae",
     "masked_mean",
     "masked_var",
@@ -315,6 +316,24 @@ def kl_k1(
     per-token penalty of RLHF-style PPO.
     """
     kl = per_token_logps - ref_per_token_logps
+    if mask is not None:
+        kl = kl * mask.to(kl.dtype)
+    return kl
+
+
+def kl_k3(
+    per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Per-token k3 estimator of KL(pi || pi_ref): exp(log pi_ref - log pi) - (log pi_ref - log pi) - 1, masked
+    to 0 on padding (Schulman 2020, "Approximating KL Divergence").
+
+    Unbiased and non-negative per sample; its gradient pulls each sampled token's log pi towards log pi_ref. GRPO
+    adds it to the loss (Shao et al. 2024, eq. 4; TRL's `beta`), as do verl's `use_kl_loss` (`low_var_kl`) and
+    OpenRLHF's `--use_kl_loss --kl_estimator k3`: a loss term, not a reward, so it is no cost-to-go that grows with
+    the tokens still to come.
+    """
+    log_ratio = ref_per_token_logps - per_token_logps
+    kl = torch.exp(log_ratio) - log_ratio - 1
     if mask is not None:
         kl = kl * mask.to(kl.dtype)
     return kl

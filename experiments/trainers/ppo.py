@@ -42,7 +42,7 @@ AdamW states; it must never hold anything more that grows with the batch:
 
 A critic sharing the policy's backbone (a value head on the policy's last hidden state) would save the critic's
 weights and optimizer states and its forward passes, but it is a different algorithm: the value loss then shapes
-the policy's representation (its weight vf_coef trades value accuracy against policy interference), the head
+the policy's representation (a value-loss weight then trades value accuracy against policy interference), the head
 would have to be hidden from vLLM's weight sync and from the saved policy, and GRPOTrainer's fused log-prob head
 returns no hidden states to read values from. With the two changes above PPO's peak went from 1.82x to 1.23x
 GRPO's on CPU (benchmarks/bench_memory.py; benchmarks/gpu_check.py measures the 1.5B shape), within the 1.5x
@@ -78,6 +78,7 @@ from .estimators import (
     clipped_value_loss,
     explained_variance,
     kl_k1,
+    kl_k3,
     masked_gae,
     masked_mean,
     normalize_rollout_advantages,
@@ -91,7 +92,9 @@ __all__ = ["CRITIC_DIR", "CRITIC_LR_SCALE", "ROLLOUT_MINIBATCHES", "PPOConfig", 
 CRITIC_DIR = "critic"  # inside every checkpoint and saved model folder
 CRITIC_OPTIMIZER = "optimizer.pt"
 CRITIC_SCHEDULER = "scheduler.pt"
-CRITIC_LR_SCALE = 3.0  # critic_learning_rate = CRITIC_LR_SCALE x learning_rate unless set (see PPOConfig)
+# critic_learning_rate = CRITIC_LR_SCALE x learning_rate unless set: verl's critic 1e-5 against its actor's 1e-6
+# (`critic.optim.lr`, `actor.optim.lr`); OpenRLHF's 9e-6 against 1e-6 (`--critic_learning_rate`).
+CRITIC_LR_SCALE = 10.0
 # Optimizer steps per rollout unless set: CleanRL's num_minibatches, verl's 1024-prompt batch / 256-prompt minibatch.
 ROLLOUT_MINIBATCHES = 4
 
@@ -103,7 +106,20 @@ class PPOConfig(GRPOConfig):
 
     Sampling, generation, reward and logging parameters are GRPOConfig's. From GRPO's loss parameters PPO uses
     `epsilon` / `epsilon_high` (the policy clip range), `num_iterations` (the PPO epochs) and `entropy_coef`;
-    `loss_type`, `scale_rewards` and `beta` do not apply (the KL penalty is `kl_coef`, in the reward).
+    `loss_type`, `scale_rewards` and `beta` do not apply (the KL term is `kl_coef`, placed by `kl_in`).
+
+    Defaults are the frameworks' own, read from their sources (verl `trainer/config/ppo_trainer.yaml` and
+    `critic.yaml`; OpenRLHF `cli/train_ppo_ray.py` at 021d1b0), never fitted to passk's budgets: one epoch per
+    rollout (`num_iterations=1`: verl `ppo_epochs: 1`, OpenRLHF `--max_epochs 1`), four minibatches per rollout
+    (verl: a 1024-prompt batch over 256-prompt minibatches; OpenRLHF 8), value clip 0.5 (both), a critic at 10x
+    the actor's rate (verl 10x, OpenRLHF 9x), γ = λ = 1 (both), no KL term (verl `use_kl_in_reward: false`,
+    `use_kl_loss: false`; OpenRLHF's β 0.01 in the reward is for learned reward models).
+
+    Why no KL by default with a unit-test reward. RLHF puts β·KL in the reward so that the policy cannot run away
+    to where a learned reward model is wrong; a 0/1 test verdict has no such region, and the sandbox, not a KL,
+    guards against hacks. In the reward with γ = 1, the per-token k1 penalty summed to the end is a cost-to-go
+    that grows with the tokens still to come: between two answers that both pass, it prefers the shorter one, and
+    nothing in a 0/1 reward pays for length back (a reward model's length preference would).
 
     Parameters:
         > Parameters that control the critic
@@ -112,19 +128,16 @@ class PPOConfig(GRPOConfig):
             Checkpoint the critic's backbone is loaded from, with a new one-output head. Defaults to the policy's
             own checkpoint, so the critic starts from the policy's representation.
         critic_learning_rate (`float`, *optional*):
-            AdamW learning rate of the critic. None: `CRITIC_LR_SCALE` (3) x `learning_rate`, so that it follows
-            the budget's rate (a shared budget file cannot set a method's own hyperparameters). The value head
-            starts from scratch and must first learn the level of the returns; LLM PPO recipes give the critic a
-            higher rate than the actor (verl: 10x). Measured on the learnable task with the policy held fixed
-            (40 PPO steps, value loss first -> last quarter): 1e-4 0.094 -> 0.066, 1e-3 0.098 -> 0.066,
-            3e-3 0.18 -> 0.073 (overshoots first), 1e-2 0.67 -> 0.086; 3x the demo's 3e-4 sits in the range that
-            learns without overshooting. The critic follows the policy's scheduler type and warmup.
-        vf_coef (`float`, *optional*, defaults to `0.1`):
-            Weight c1 of the value loss in the total loss. The critic's parameters are disjoint from the
-            policy's, so it only scales the critic's gradients (and its share of the clipped gradient norm).
-        cliprange_value (`float`, *optional*, defaults to `0.2`):
+            AdamW learning rate of the critic. None: `CRITIC_LR_SCALE` (10) x `learning_rate`, so that it follows
+            the budget's rate (a shared budget file cannot set a method's own hyperparameters): verl's critic
+            runs at 10x its actor's rate, OpenRLHF's at 9x, since the value head starts from scratch and must
+            first learn the level of the returns. The critic follows the policy's scheduler type and warmup.
+            The critic has its own AdamW, so there is no value-loss weight (`vf_coef`): Adam's step does not see
+            a loss's scale, and verl's separate critic has none either; its rate is this.
+        cliprange_value (`float`, *optional*, defaults to `0.5`):
             The critic's new predictions are clipped to within this distance of the values used to build the
-            advantages, in the clipped value loss (as the policy ratio is clipped by `epsilon`).
+            advantages, in the clipped value loss (as the policy ratio is clipped by `epsilon`). 0.5: verl's
+            `cliprange_value` and OpenRLHF's `--value_clip`.
 
         > Parameters that control the advantage estimator
 
@@ -133,10 +146,11 @@ class PPOConfig(GRPOConfig):
             so every token is credited with the final score.
         lam (`float`, *optional*, defaults to `1.0`):
             GAE λ. 0 uses the one-step TD error (low variance, trusts the critic); 1 uses the Monte-Carlo return
-            minus the value (unbiased). Schulman et al. (2015). 1 here: with γ = 1 and one reward at the end, every
-            token's return is the completion's score (minus the KL penalties that follow it), and λ < 1 would mix
-            in the bootstrapped values of a critic that starts untrained, biasing every advantage by its errors;
-            the RL Fundamentals chapter notes LLM implementations end up close to λ = 1 (verl's default is 1.0).
+            minus the value (unbiased). Schulman et al. (2015). 1 here (verl's `lam`, OpenRLHF's `--lambd`): with γ = 1
+            and one reward at the end, every token's return is the completion's score (minus any KL penalties that
+            follow it), and λ < 1 would mix in the bootstrapped values of a critic that starts untrained, biasing
+            every advantage by its errors; the RL Fundamentals chapter notes LLM implementations end up close to
+            λ = 1.
         advantage_normalization (`str`, *optional*, defaults to `"whiten"`):
             How the GAE advantages of a rollout are normalised, with statistics over all of the rollout's tokens
             on every process: `"whiten"` (zero mean, unit variance), `"center"` (zero mean, never divided: for a
@@ -158,11 +172,17 @@ class PPOConfig(GRPOConfig):
 
         > Parameters that control the KL penalty and the entropy bonus
 
-        kl_coef (`float`, *optional*, defaults to `0.05`):
-            β of the per-token KL penalty to the frozen reference model (the initial policy), added to each
-            token's reward: r_t = -β (log π_old(y_t) - log π_ref(y_t)), plus the score on the last token. 0
-            disables it and the reference model. GRPOConfig's `beta` is set to the same value only so that
-            GRPOTrainer loads the reference model; GRPO's KL loss term is never added.
+        kl_coef (`float`, *optional*, defaults to `0.0`):
+            β of the KL term to the frozen reference model (the initial policy). 0 (verl's default) disables it
+            and the reference model; see "Why no KL" above. GRPOConfig's `beta` is set to the same value only so
+            that GRPOTrainer loads the reference model; GRPO's own KL loss term is never added.
+        kl_in (`str`, *optional*, defaults to `"reward"`):
+            Where β·KL goes. `"reward"` (RLHF's PPO, OpenRLHF's default placement): the per-token k1 penalty
+            r_t = -β (log π_old(y_t) - log π_ref(y_t)) on every token, the score on the last; with γ = 1 each
+            token's return then carries the penalty of every token after it. `"loss"` (GRPO's placement, verl's
+            `use_kl_loss`, OpenRLHF's `--use_kl_loss`): β times the per-token k3 estimator of the current policy
+            against the reference, averaged over the minibatch's tokens and added to the loss; the rewards are
+            then the scores alone.
         entropy_coef (`float`, *optional*, defaults to `0.0`):
             Weight c2 of the entropy bonus: the loss subtracts c2 times the mean per-token entropy of the policy
             (GRPOConfig's field, used here with PPO's loss).
@@ -170,7 +190,7 @@ class PPOConfig(GRPOConfig):
             Temperature of log π in the ratio and the KL penalty. None uses the sampling `temperature`, as
             GRPOTrainer does; 1 takes it from the raw logits (the seed experiment's choice for its policy gradients).
 
-    `num_iterations` (PPO epochs over each generation batch) defaults to 2 here. `num_generations` may be 1 (PPO
+    `num_iterations` (PPO epochs over each generation batch) defaults to 1, as GRPOConfig's. `num_generations` may be 1 (PPO
     needs no groups); it defaults to GRPO's 8 so that batches line up with the group-based methods.
     """
 
@@ -181,8 +201,7 @@ class PPOConfig(GRPOConfig):
         default=None,
         metadata={"help": f"Learning rate of the critic's AdamW; None: {CRITIC_LR_SCALE:g} x learning_rate."},
     )
-    vf_coef: float = field(default=0.1, metadata={"help": "Weight of the clipped value loss."})
-    cliprange_value: float = field(default=0.2, metadata={"help": "Clip range of the critic's predictions."})
+    cliprange_value: float = field(default=0.5, metadata={"help": "Clip range of the critic's predictions."})
     gamma: float = field(default=1.0, metadata={"help": "Discount factor of the per-token returns."})
     lam: float = field(default=1.0, metadata={"help": "GAE lambda (1: Monte-Carlo return minus the value)."})
     advantage_normalization: str = field(
@@ -195,10 +214,15 @@ class PPOConfig(GRPOConfig):
     critic_warmup_rollouts: int = field(
         default=0, metadata={"help": "Rollouts at the start that train only the critic."}
     )
-    kl_coef: float = field(
-        default=0.05, metadata={"help": "Per-token KL penalty to the reference, in the reward."}
+    kl_coef: float = field(default=0.0, metadata={"help": "β of the KL term to the reference (0: none)."})
+    kl_in: str = field(
+        default="reward",
+        metadata={
+            "help": "Where the KL term goes: reward (k1 per token, summed into the returns) or loss (k3).",
+            "choices": ["reward", "loss"],
+        },
     )
-    num_iterations: int = field(default=2, metadata={"help": "PPO epochs over each generation batch."})
+    num_iterations: int = field(default=1, metadata={"help": "PPO epochs over each generation batch."})
     logprob_temperature: float | None = field(
         default=None,
         metadata={
@@ -210,9 +234,9 @@ class PPOConfig(GRPOConfig):
         checks = [
             (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}"),
             (0.0 <= self.lam <= 1.0, f"lam must be in [0, 1]; got {self.lam}"),
-            (self.vf_coef >= 0, f"vf_coef must be >= 0; got {self.vf_coef}"),
             (self.cliprange_value > 0, f"cliprange_value must be > 0; got {self.cliprange_value}"),
             (self.kl_coef >= 0, f"kl_coef must be >= 0; got {self.kl_coef}"),
+            (self.kl_in in ("reward", "loss"), f"kl_in must be 'reward' or 'loss'; got {self.kl_in!r}"),
             (
                 self.critic_learning_rate is None or self.critic_learning_rate > 0,
                 f"critic_learning_rate must be > 0; got {self.critic_learning_rate}",
@@ -242,9 +266,11 @@ class PPOConfig(GRPOConfig):
         check_logprob_temperature(self)
         if self.beta not in (0.0, self.kl_coef):
             raise ValueError(
-                f"PPOConfig puts its KL penalty in the reward with kl_coef; leave beta at 0 (got {self.beta})"
+                f"PPOConfig sets its KL term with kl_coef (and kl_in); leave beta at 0 (got {self.beta})"
             )
-        self.beta = self.kl_coef  # only so that GRPOTrainer builds the reference model; never a loss term
+        self.beta = (
+            self.kl_coef
+        )  # only so that GRPOTrainer builds the reference model; never GRPO's loss term
         # GRPOConfig rejects num_generations=1 (its advantages need groups); PPO's do not.
         requested = self.num_generations
         if requested == 1:
@@ -330,9 +356,11 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
     Per token t of a completion, with r_t the reward (KL penalty, plus the unit-test score on the last token):
 
         δ_t = r_t + γ V(s_{t+1}) - V(s_t),   A_t = δ_t + γλ A_{t+1},   R_t = A_t + V(s_t)
-        L   = -E[min(ρ_t A_t, clip(ρ_t, 1-ε, 1+ε) A_t)] + c1 · ½ E[max((V-R)², (clip(V, V_old±c)-R)²)] - c2 · H
+        L   = -E[min(ρ_t A_t, clip(ρ_t, 1-ε, 1+ε) A_t)] + ½ E[max((V-R)², (clip(V, V_old±c)-R)²)] - c2 · H
 
-    with ρ_t = π(y_t)/π_old(y_t). Takes GRPOTrainer's arguments, with `args` a [`PPOConfig`].
+    with ρ_t = π(y_t)/π_old(y_t); the critic has its own optimizer, so the value loss needs no weight c1. With
+    `kl_in="loss"`, L gains β · E[k3(π, π_ref)] and r_t is the score alone. Takes GRPOTrainer's arguments, with
+    `args` a [`PPOConfig`].
 
     What keeps it from learning noise when most prompts' completions all pass or all fail, as unit tests make them:
 
@@ -363,7 +391,7 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
     from rewards import unit_test_reward
     from experiments.trainers import PPOConfig, PPOTrainer
 
-    args = PPOConfig(output_dir="out", num_iterations=2, kl_coef=0.05, vf_coef=0.1)
+    args = PPOConfig(output_dir="out")  # the frameworks' defaults: one epoch, no KL, value clip 0.5
     trainer = PPOTrainer(model="path/to/model", reward_funcs=[unit_test_reward], args=args, train_dataset=ds)
     trainer.train()  # checkpoints hold the critic in checkpoint-N/critic/
     ```
@@ -508,7 +536,8 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
         args: PPOConfig = self.args
         sampled = self._sampled_logps(out)
         several_updates = epochs > 1 or self.args.steps_per_generation > self.args.gradient_accumulation_steps
-        if out.get("old_per_token_logps") is None and (args.kl_coef > 0 or several_updates):
+        kl_in_reward = args.kl_coef > 0 and args.kl_in == "reward"
+        if out.get("old_per_token_logps") is None and (kl_in_reward or several_updates):
             out["old_per_token_logps"] = sampled if sampled is not None else self._policy_logps(out, mode)
         metrics = self._metrics[mode]
         metrics["ppo/old_logps_recorded"].append(float(sampled is not None))
@@ -529,7 +558,7 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
         with torch.no_grad():
             # Per-token rewards: -β (log π_old - log π_ref) on every token, + the score on the last valid one.
             token_rewards = torch.zeros_like(mask)
-            if args.kl_coef > 0:
+            if kl_in_reward:
                 kl = kl_k1(out["old_per_token_logps"], out["ref_per_token_logps"], mask)
                 token_rewards = token_rewards - args.kl_coef * kl
                 stats = self.accelerator.reduce(torch.stack([kl.sum(), mask.sum()]), reduction="sum")
@@ -603,9 +632,9 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
         warmup = self._in_critic_warmup()
         metrics["ppo/critic_warmup"].append(float(warmup))
         if warmup:  # only the critic learns: the policy gets no gradient at all, so its optimizer skips it
-            return args.vf_coef * vf_loss / normalizer
+            return vf_loss / normalizer
         if mode == "train" and vf_loss.requires_grad:
-            self.accelerator.backward(args.vf_coef * vf_loss / normalizer)
+            self.accelerator.backward(vf_loss / normalizer)
             vf_loss = vf_loss.detach()
         del values
 
@@ -624,7 +653,13 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
             weights=inputs.get("importance_sampling_ratio"),
         )
         entropy = masked_mean(entropies, mask)
-        loss = pg_loss + args.vf_coef * vf_loss - args.entropy_coef * entropy
+        loss = pg_loss + vf_loss - args.entropy_coef * entropy
+        if (
+            args.kl_coef > 0 and args.kl_in == "loss"
+        ):  # GRPO's placement: k3 of the current policy, in the loss
+            kl = masked_mean(kl_k3(per_token_logps, inputs["ref_per_token_logps"], mask), mask)
+            loss = loss + args.kl_coef * kl
+            metrics["kl"].append(mean_over_processes(kl))
 
         metrics["ppo/policy_loss"].append(mean_over_processes(pg_loss))
         metrics["ppo/clipfrac"].append(mean_over_processes(pg_stats["clipfrac"]))
