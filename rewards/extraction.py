@@ -31,7 +31,8 @@ a reading is named in ``Extraction.rules``):
   cut covers); then the completion cut applies.
 * ``own_tests``: a block (or bare code) that defines the entry point loses the model's own test code, as
   evalplus's ``sanitize`` does: imports, functions and classes stay, top-level assignments stay when a function
-  reads them; calls, prints, asserts, loops, ``if __name__ == "__main__":`` and unread assignments go. A whole
+  reads them, and so does a ``sys.setrecursionlimit(...)`` call (a deep recursion needs it); other calls,
+  prints, asserts, loops, ``if __name__ == "__main__":`` and unread assignments go. A whole
   program (no entry point: stdio rows) keeps its top level.
 * ``open_fence``: a chat answer cut off by the token limit inside its ```` ```python ```` block (an odd number of
   fences, the last opening a Python or untagged block) keeps that block up to its longest leading run of whole
@@ -52,8 +53,12 @@ from typing import Any
 
 __all__ = [
     "EXTRACT_FAILURE_REASONS",
+    "EXTRACTION_VERSION",
     "EXTRACT_RULES",
+    "CODE_END_STOP_STRINGS",
     "Extraction",
+    "code_ended",
+    "code_in_prompt",
     "completion_text",
     "extract_code",
     "has_empty_body",
@@ -69,6 +74,11 @@ EXTRACT_FAILURE_REASONS: tuple[str, ...] = (
     "bad_encoding",
     "no_signature",
 )
+
+# Bumped whenever a change here can change what some completion is read as (and so its verdict); stamped in every
+# evaluation record. 1: before EXTRACT_RULES; 2: EXTRACT_RULES (7c28ff2); 3: a prompt without its final newline
+# (f524e3f); 4: an indented body followed by flush-left code (00c00ec).
+EXTRACTION_VERSION = 4
 
 # The rules for what instruct models write (the module docstring says where each comes from).
 EXTRACT_RULES: tuple[str, ...] = ("closing_fence", "open_fence", "own_tests")
@@ -287,9 +297,28 @@ def _bound_names(node: ast.stmt) -> set[str]:
     return {n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)}
 
 
+# Calls that set up the interpreter for the solution rather than test it: a deep recursion needs its
+# ``sys.setrecursionlimit(...)``, a huge integer its ``sys.set_int_max_str_digits(...)``.
+_INTERPRETER_SETTINGS = frozenset({"setrecursionlimit", "set_int_max_str_digits"})
+
+
+def _sets_the_interpreter(node: ast.stmt) -> bool:
+    """Whether ``node`` is a top-level ``sys.setrecursionlimit(...)`` (or ``setrecursionlimit(...)``, imported
+    from sys) or ``sys.set_int_max_str_digits(...)`` call."""
+    if not isinstance(node, ast.Expr) or not isinstance(node.value, ast.Call):
+        return False
+    func = node.value.func
+    if isinstance(func, ast.Attribute):
+        return (
+            func.attr in _INTERPRETER_SETTINGS and isinstance(func.value, ast.Name) and func.value.id == "sys"
+        )
+    return isinstance(func, ast.Name) and func.id in _INTERPRETER_SETTINGS
+
+
 def _drop_own_tests(code: str) -> str:
     """``code`` without the model's own test code, after evalplus's sanitizer: the imports, functions and
-    classes stay, and the top-level assignments that a function or class uses (through the names it reads);
+    classes stay, a ``sys.setrecursionlimit(...)`` call (``_sets_the_interpreter``), and the top-level
+    assignments that a function, class or such call uses (through the names it reads);
     calls, prints, asserts, loops, ``if __name__ == "__main__":`` blocks and unused assignments (``result =
     f(3)``) go. Unlike evalplus, no function is dropped: defining one runs nothing, and a test may call a helper.
     Code that does not parse is returned as it is (the sandbox reports the error)."""
@@ -298,12 +327,16 @@ def _drop_own_tests(code: str) -> str:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return code
     assigns = (ast.Assign, ast.AnnAssign)
-    kept = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom, *_DEFINITIONS))]
+    kept = [
+        n
+        for n in tree.body
+        if isinstance(n, (ast.Import, ast.ImportFrom, *_DEFINITIONS)) or _sets_the_interpreter(n)
+    ]
     binders: dict[str, list[ast.stmt]] = {}
     for node in kept:
         for name in _bound_names(node) if isinstance(node, assigns) else ():
             binders.setdefault(name, []).append(node)
-    queue = [n for n in kept if isinstance(n, _DEFINITIONS) and not isinstance(n, assigns)]
+    queue = [n for n in kept if isinstance(n, (*_DEFINITIONS, ast.Expr)) and not isinstance(n, assigns)]
     used: set[ast.stmt] = set()
     while queue:
         node = queue.pop()
@@ -504,6 +537,43 @@ def _body_is_trivial(definition: ast.FunctionDef | ast.AsyncFunctionDef) -> bool
     )
 
 
+_CODE_START_RE = re.compile(r"^(?:from|import|def|async[ \t]+def|class|@)\b", re.MULTILINE)
+
+
+def code_in_prompt(prompt: Any, entry_point: str | None) -> str | None:
+    """The code a chat prompt shows for ``entry_point`` (a HumanEval prompt inside a user message): the last
+    ```` ```python ```` (or untagged) block of the user messages that defines it, else, unfenced, the longest run
+    of whole lines from the first one that starts an import, a definition or a decorator, that parses and
+    defines it. None when there is none (or no entry point). A text prompt is returned as it is.
+
+    This is the trusted code of a chat-style row without a ``code_prompt`` column: the tests then call the
+    prompt's own helpers (HumanEval/32's ``poly``), and the completion's block runs after them."""
+    if isinstance(prompt, str) or prompt is None:
+        return prompt
+    if not entry_point:
+        return None
+    messages = [prompt] if isinstance(prompt, dict) else prompt if isinstance(prompt, list | tuple) else []
+    texts = []
+    for m in messages:
+        if isinstance(m, dict) and m.get("role", "user") == "user":
+            content = completion_text([dict(m, role="assistant")])
+            if isinstance(content, str):
+                texts.append(_universal_newlines(content))
+    for text in reversed(texts):
+        found = _fenced_blocks(text) if _FENCE in text else None
+        blocks = [body for tag, body in (found[0] if found else []) if tag in _PY_TAGS or tag == ""]
+        for body in reversed(blocks):
+            code = body if _parses(body) else textwrap.dedent(body)  # dedent blanks docstrings' blank lines
+            if _defines(code, entry_point) and _parses(code):
+                return code
+        start = _CODE_START_RE.search(text)
+        if start is not None:
+            code = _parseable_prefix(text[start.start() :])
+            if code is not None and _defines(code, entry_point):
+                return code
+    return None
+
+
 def has_implemented_function(ex: Extraction, entry_point: str | None) -> bool:
     """True when ``ex`` is one parseable program whose ``entry_point`` is defined once by the model and has a
     body beyond a docstring, ``pass`` or ``...``. Used by the format reward."""
@@ -522,3 +592,71 @@ def has_empty_body(ex: Extraction, entry_point: str | None) -> bool:
     (a policy that learns to write no body), logged as ``<prefix>/no_body_frac``."""
     defs = _entry_point_defs(ex, entry_point)
     return bool(defs) and _body_is_trivial(defs[-1])
+
+
+# ---- where generation may stop: the end of the code, by the rules above -----------------------------------------
+
+# A column-0 character that is not whitespace, on a line after the first: what every cut point of the completion
+# rule needs (a cheap test before the tokenizer runs).
+_COLUMN_0_RE = re.compile(r"\n[^ \t\f\n]")
+
+# The completion rule as stop strings, for an engine that stops on strings only (vLLM's ``stop``): a closing fence,
+# or a newline followed by what can start a top-level statement. Wider than :func:`code_ended`: it also stops at a
+# column-0 line inside a multi-line string (which the tokenizer-based cut skips) and does not wait for a code
+# block in chat style; bigcode-evaluation-harness's HumanEval stop sequences are the same idea ("\nclass",
+# "\ndef", "\nif", "\nprint", "\n```").
+CODE_END_STOP_STRINGS: tuple[str, ...] = (
+    "\n```",
+    *(f"\n{c}" for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_@([{'\"0123456789"),
+)
+
+
+def _code_block_closed(text: str) -> bool:
+    """True when ``text`` holds a whole fenced block that :func:`extract_code` would read (tagged Python, or
+    untagged): the first such block has been closed."""
+    pieces = text.split(_FENCE)
+    for i in range(1, len(pieces) - 1, 2):  # piece i is a block when a fence follows it
+        tag = _split_block(pieces[i])[0]
+        if tag == "" or tag in _PY_TAGS:
+            return True
+    return False
+
+
+def code_ended(code_prompt: str | None, text: str, style: str = "completion") -> bool:
+    """True when generation may stop after ``text``: what follows cannot change the code :func:`extract_code`
+    reads from it.
+
+    * ``"completion"`` style, when ``text`` continues the prompt's function (its first code line is indented, or the
+      prompt ends mid-line): the completion cut has a cut point (a first top-level statement after the function,
+      found by the tokenizer, so a column-0 line inside a multi-line string or a column-0 comment does not end
+      it), or the ``closing_fence`` rule applies. Both read only what comes before that point, so
+      ``extract_code(code_prompt, text)`` equals the extraction of any longer completion that starts with ``text``.
+      A completion that does not continue the function (one that writes the whole function at column 0, or
+      prose) is read as chat.
+    * ``"chat"`` style: the first fenced block that extraction would read (tagged Python, or untagged) is closed;
+      stopping there, extraction reads that block.
+
+    Text ending in U+FFFD (a character whose bytes are not all generated yet) never ends. Torch-free: the
+    generation adapters (``experiments.evaluation.evaluate.CodeEndStop``) call it on the text decoded so far.
+    """
+    if style not in ("completion", "chat"):
+        raise ValueError(f"style must be 'completion' or 'chat', got {style!r}")
+    if not text or text.endswith("\ufffd") or "\x00" in text:
+        return False
+    text = _universal_newlines(text)
+    fenced = _FENCE in text
+    if style == "completion":
+        prompt = _universal_newlines(code_prompt or "")
+        if not fenced and not _COLUMN_0_RE.search(text):
+            return False
+        continues = bool(prompt) and not prompt.endswith("\n")
+        if not continues:
+            first = _first_code_line(text)
+            if first is None:
+                return False
+            continues = first[:1].isspace()
+        if continues:
+            if fenced and _before_closing_fence(text, prompt) is not None:
+                return True
+            return _cut_after_function(prompt, text)[1]
+    return fenced and _code_block_closed(text)

@@ -11,12 +11,13 @@ candidate sees of the filesystem: docs/sandbox.md.
 """
 
 from .executor import Result, Sandbox, Status, arun_batch, get_sandbox, run, run_batch
-from .verdicts import CASE_VERDICTS, FLAGS, FORGED_FLAGS, STATUSES, compare_output
+from .verdicts import CASE_VERDICTS, FLAGS, FORGED_FLAGS, SANDBOX_VERSION, STATUSES, compare_output
 
 __all__ = [
     "CASE_VERDICTS",
     "FLAGS",
     "FORGED_FLAGS",
+    "SANDBOX_VERSION",
     "STATUSES",
     "Result",
     "Sandbox",

@@ -33,7 +33,19 @@ token, nanoseconds).
 import math
 import re
 
-__all__ = ["CASE_VERDICTS", "COMPARE_MODES", "FLAGS", "FORGED_FLAGS", "STATUSES", "compare_output"]
+__all__ = [
+    "CASE_VERDICTS",
+    "COMPARE_MODES",
+    "FLAGS",
+    "FORGED_FLAGS",
+    "SANDBOX_VERSION",
+    "STATUSES",
+    "compare_output",
+]
+
+# Bumped whenever a change to the sandbox can change a program's verdict; stamped in every evaluation record.
+# 2: sandbox v2; 3: sandbox v3 (e0dedbe: float_tol for real-valued tokens only, the new seccomp rules).
+SANDBOX_VERSION = 3
 
 # Status of a whole task (``sandbox.Status`` is the enum of these).
 STATUSES = (

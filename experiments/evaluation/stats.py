@@ -240,6 +240,8 @@ class EvalResult:
     settings: dict[str, Any] = field(default_factory=dict)
     confidence: float = 0.95
     n_bootstrap: int = 1000
+    # What scored it (experiments.evaluation.scorer.scorer_stamp): extraction and sandbox versions, commit.
+    scorer: dict[str, Any] | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -291,6 +293,7 @@ class EvalResult:
             "metrics": {name: est.to_dict() for name, est in self.metrics.items()},
             "tokens_generated": self.tokens_generated,
             "settings": dict(self.settings),
+            **({"scorer": dict(self.scorer)} if self.scorer is not None else {}),
             "timing": {
                 "generation_s": self.generation_seconds,
                 "scoring_s": self.scoring_seconds,

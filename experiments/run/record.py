@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from experiments.evaluation.scorer import scorer_stamp
 from experiments.inputs.models import model_source
 from experiments.run.config import to_dict
 
@@ -85,6 +86,7 @@ def run_record(
             name: (d.get("timing") or {}).get("tokens_per_s") if d else None
             for name, d in (("before", before), ("after", after))
         },
+        "scorer": scorer_stamp(),  # the extraction rules' and the sandbox's versions, the commit
         "versions": {
             "torch": torch.__version__,
             "transformers": transformers.__version__,

@@ -191,14 +191,25 @@ def test_the_budget_record_names_where_max_steps_came_from(
 ) -> None:
     steps = ("--max_steps", "6") if budget_prompts == "0" else ()
     exp, cfg = _configs(tmp_path, "--budget_prompts", budget_prompts, "--beta", "0.25", *steps)
-    exp.not_applicable["vf_coef"] = "grpo has no critic"
+    exp.not_applicable["cliprange_value"] = "grpo has no critic"
     got = run_budget_record(exp, cfg, _trainer([], step=5), _Samples(), 2, {"eval": {"top_p": 0.9}})
     assert got["budget"]["max_steps_from"] == source
     assert got["budget"]["optimizer_steps"] == 5 and got["budget"]["num_processes"] == 2
     assert got["budget"]["fresh_prompts"] == 5
     assert got["method_hparams"]["beta"] == 0.25
     assert got["sampling"] == {"eval": {"top_p": 0.9}}
-    assert got["not_applicable"] == {"vf_coef": "grpo has no critic"}
+    assert got["not_applicable"] == {"cliprange_value": "grpo has no critic"}
     # A copy: the record does not change when the config's dict does later.
     exp.not_applicable["other"] = "x"
     assert "other" not in got["not_applicable"]
+
+
+def test_run_json_names_the_scorer_its_evaluations_ran_with(tmp_path: Path) -> None:
+    """The extraction rules' and the sandbox's versions, and the commit, as every evaluation record stamps them."""
+    from experiments.evaluation.scorer import scorer_stamp
+    from rewards.extraction import EXTRACTION_VERSION
+    from sandbox import SANDBOX_VERSION
+
+    got = _record(tmp_path, _trainer([]))
+    assert got["scorer"] == scorer_stamp()
+    assert (got["scorer"]["extraction"], got["scorer"]["sandbox"]) == (EXTRACTION_VERSION, SANDBOX_VERSION)
