@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.evaluation.scorer import check_same_scorer, scorer_key, scorer_text
 from experiments.evaluation.stats import (
     bootstrap_ci,
     bootstrap_p_value,
@@ -47,6 +48,9 @@ N_BOOTSTRAP_PAIRS = (
 )
 BOOTSTRAP_SEED = 0
 ALPHA = 0.05
+# A null verdict is printed with the smallest effect its test would detect with this power (the minimum detectable
+# effect): (z_(1 - alpha / 2m) + z_power) x the bootstrap standard error of the difference, m the tests of its family.
+MDE_POWER = 0.8
 # Two logged values coincide within ATOL + RTOL * |value|; curves coincide when >= COINCIDE_SHARE of their
 # common steps (at least COINCIDE_MIN_POINTS) do.
 ATOL, RTOL = 1e-6, 1e-4
@@ -108,6 +112,23 @@ def _matrix(evals: Sequence[Mapping[str, Any]], name: str) -> tuple[list[str], n
 
 def _interval(replicates: np.ndarray) -> list[float]:
     return percentile_interval(replicates, 1 - ALPHA)
+
+
+def p_floor(n_bootstrap: int) -> float:
+    """The smallest p-value `bootstrap_p_value` gives with `n_bootstrap` replicates (none on the far side of 0): a
+    p-value there means "below this", not this."""
+    return 2 / (n_bootstrap + 1)
+
+
+def minimum_detectable_effect(replicates: np.ndarray, tests: int) -> float:
+    """The smallest true difference a two-sided test at alpha / `tests` (Bonferroni over its family, the strictest
+    step of Holm) detects with probability MDE_POWER, for the spread these bootstrap replicates of the difference
+    show (normal approximation): what a "no difference shown" could have missed."""
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf
+    se = float(np.std(replicates, ddof=1))
+    return (z(1 - ALPHA / (2 * max(1, tests))) + z(MDE_POWER)) * se
 
 
 def _estimate(evals: Sequence[Mapping[str, Any]], seeds: Sequence[Any], name: str) -> dict[str, Any] | None:
@@ -175,11 +196,12 @@ def _comparison(
     names = list(mats)
     reps = hierarchical_bootstrap(list(mats.values()), n_bootstrap=N_BOOTSTRAP_PAIRS, seed=BOOTSTRAP_SEED)
     means = {m: float(x.mean()) for m, x in mats.items()}
-    pairs = []
+    pairs, diffs = [], []
     for i, j in itertools.combinations(range(len(names)), 2):
         if means[names[j]] > means[names[i]]:
             i, j = j, i
         d = reps[:, i] - reps[:, j]
+        diffs.append(d)
         pairs.append(
             {
                 "better": names[i],
@@ -189,9 +211,10 @@ def _comparison(
                 "p": bootstrap_p_value(d),
             }
         )
-    for pair, adjusted in zip(pairs, holm([p["p"] for p in pairs])):
+    for pair, d, adjusted in zip(pairs, diffs, holm([p["p"] for p in pairs])):
         pair["p_holm"] = adjusted
         pair["significant"] = adjusted < ALPHA
+        pair["mde"] = minimum_detectable_effect(d, len(pairs))
     ranking = []
     for m in names:
         above = [p["better"] for p in pairs if p["worse"] == m and p["significant"]]
@@ -217,6 +240,8 @@ def _comparison(
         "correction": "holm",
         "alpha": ALPHA,
         "n_bootstrap": N_BOOTSTRAP_PAIRS,
+        "p_floor": p_floor(N_BOOTSTRAP_PAIRS),
+        "mde_power": MDE_POWER,
     }
     return result, skips
 
@@ -263,6 +288,15 @@ def build_report(
     per_method = {m: sum(r.method == m for r in runs) for m in order}
     for run in runs:
         run.label = run_label(run, per_method[run.method])
+    # Rows scored by different extraction rules or sandboxes do not compare: refuse in one line.
+    check_same_scorer(
+        {
+            f"{r.label} eval_{p}": r.scorer(p)
+            for r in runs
+            for p in ("before", "after")
+            if r.phase(p) is not None
+        }
+    )
 
     all_evals = [r.phase(p) for r in runs for p in ("before", "after") if r.phase(p) is not None]
     k_all = _headline_k(all_evals)
@@ -357,6 +391,8 @@ def build_report(
             "n_bootstrap_pairs": N_BOOTSTRAP_PAIRS,
             "seed": BOOTSTRAP_SEED,
             "confidence": 1 - ALPHA,
+            "p_floor": p_floor(N_BOOTSTRAP_PAIRS),
+            "mde_power": MDE_POWER,
             "unit": "problems, shared by all runs (paired); and each method's seeds, when it has several",
         },
     }
@@ -427,7 +463,15 @@ def _from_start(runs: Sequence[Run], order: Sequence[str], names: Sequence[str])
             row["simultaneous_ci"] = percentile_interval(reps, 1 - ALPHA / m)
             changed = adjusted < ALPHA and row["delta"] != 0
             row["verdict"] = ("raised" if row["delta"] > 0 else "lowered") if changed else "no change shown"
-        out[name] = {"methods": rows, "family": m, "correction": "holm", "alpha": ALPHA}
+            row["mde"] = minimum_detectable_effect(reps, m)
+        out[name] = {
+            "methods": rows,
+            "family": m,
+            "correction": "holm",
+            "alpha": ALPHA,
+            "p_floor": p_floor(N_BOOTSTRAP_PAIRS),
+            "mde_power": MDE_POWER,
+        }
     return out or None
 
 
@@ -516,6 +560,16 @@ def _verdict(
                     "alpha": comp["alpha"],
                     "not_below_best": [r["method"] for r in comp["ranking"] if r["method"] not in below],
                     "below_best": [r["method"] for r in comp["ranking"] if r["method"] in below],
+                    # the smallest and largest minimum detectable gap of the best's null pairs
+                    "mde_range": _mde_range(
+                        [
+                            p["mde"]
+                            for p in comp["pairs"]
+                            if best["method"] in (p["better"], p["worse"])
+                            and not p["significant"]
+                            and p.get("mde") is not None
+                        ]
+                    ),
                 }
             )
         elif len(methods) == 1 and name in methods[0]["after"]:
@@ -533,6 +587,10 @@ def _verdict(
                 }
             )
     return out
+
+
+def _mde_range(values: Sequence[float]) -> list[float] | None:
+    return [min(values), max(values)] if values else None
 
 
 def _shared(values: Mapping[str, Any]) -> Any:
@@ -593,7 +651,7 @@ def _setup(runs: Sequence[Run]) -> dict[str, Any]:
         "model_parameters": each(lambda r: r.model_parameters),
         "warm_start_steps": cfg("warm_start_steps"),
         "fresh_prompts": each(lambda r: r.budget.get("fresh_prompts")),
-        "num_generations": cfg("num_generations"),
+        "num_generations": each(lambda r: r.config.get("num_generations") or r.budget.get("num_generations")),
         "fresh_completions": each(lambda r: r.budget.get("fresh_completions")),
         "optimizer_steps": each(lambda r: r.budget.get("optimizer_steps")),
         # As text: report.json rounds floats to 6 decimals, which would turn 1e-7 into 0.
@@ -609,6 +667,21 @@ def _setup(runs: Sequence[Run]) -> dict[str, Any]:
         "eval_top_p": evals("top_p"),
         "eval_max_new_tokens": evals("max_new_tokens"),
         "eval_greedy": evals("greedy"),
+        # What decided the verdicts (the versions; one value, since build_report refuses rows that differ), and
+        # the commits that ran it, when recorded.
+        "scorer": _shared_scorer(runs),
+    }
+
+
+def _shared_scorer(runs: Sequence[Run]) -> dict[str, Any]:
+    stamps = [r.scorer(p) for r in runs for p in ("before", "after") if r.phase(p) is not None]
+    recorded = [s for s in stamps if s]
+    commits = sorted({str(s["commit"]) for s in recorded if s.get("commit")})
+    key = scorer_key(recorded[0]) if recorded else None
+    return {
+        "text": "not recorded" if key is None else scorer_text({"extraction": key[0], "sandbox": key[1]}),
+        "declared": any(s.get("declared") for s in recorded),
+        "commits": commits,
     }
 
 
@@ -628,6 +701,7 @@ def _run_row(run: Run, out_dir: str | os.PathLike) -> dict[str, Any]:
         "eval_n": ev.get("n"),
         "eval_problems": ev.get("num_problems"),
         "method_hparams": run.method_hparams,
+        "scorer": run.scorer("after") or run.scorer("before"),
     }
 
 

@@ -58,6 +58,22 @@ def _fmt_delta(name: str, delta: float | None, ci: Sequence[float] | None = None
     return text
 
 
+def _fmt_p(p: float, floor: float | None, raw: float | None = None) -> str:
+    """A p-value, or `< x` where it sits at the bootstrap's floor (no replicate on the far side of 0): the
+    replicates resolve nothing below it. `raw` is the unadjusted p of a Holm-adjusted `p`: when the raw one is
+    at the floor, the adjusted one is a bound too."""
+    at_floor = floor is not None and (raw if raw is not None else p) <= floor * (1 + 1e-9)
+    return f"< {p:.2g}" if at_floor else f"{p:.4f}"
+
+
+def _fmt_mde(name: str, mde: float | None) -> str:
+    """The minimum detectable effect beside a null verdict: the smallest true difference its test would have
+    caught with MDE_POWER (report.json's `mde_power`) probability."""
+    if mde is None:
+        return ""
+    return f"; smallest effect detectable (80% power): {_num(name, mde)}{' pp' if _is_rate(name) else ''}"
+
+
 def _fmt_num(x: Any, spec: str) -> str:
     return "—" if x is None else format(x, spec)
 
@@ -154,8 +170,17 @@ def _verdict_section(report: Mapping[str, Any]) -> list[str]:
         if "not_below_best" in v:
             text = f"best **{v['best']}**, {_fmt(name, v)}. "
             tied = [m for m in v["not_below_best"] if m != v["best"]]
+            mde = v.get("mde_range")
+            span = (
+                "" if not mde else _num(name, mde[0]) + ("" if mde[0] == mde[1] else f"-{_num(name, mde[1])}")
+            )
+            mde_text = (
+                f" (the smallest gap these tests detect with 80% power: {span}{' pp' if _is_rate(name) else ''})"
+                if tied and mde
+                else ""
+            )
             text += (
-                f"Not significantly below it (Holm, alpha {v['alpha']}): {', '.join(tied)}. "
+                f"Not significantly below it (Holm, alpha {v['alpha']}): {', '.join(tied)}{mde_text}. "
                 if tied
                 else f"Every other method is significantly below it (Holm, alpha {v['alpha']}). "
             )
@@ -192,6 +217,18 @@ def _setup_section(report: Mapping[str, Any]) -> list[str]:
         f"{_per_run(s.get('learning_rate'))} ({_per_run(s.get('lr_scheduler_type'))}); completions of up to "
         f"{_per_run(s.get('max_completion_length'))} tokens sampled at temperature {_per_run(s.get('temperature'))}."
     )
+    scorer = s.get("scorer") or {}
+    text = scorer.get("text") or "not recorded"
+    if text == "not recorded":
+        lines.append(
+            "- Scored by: not recorded in these records (they predate the scorer stamp), so nothing here shows that "
+            "one extraction and sandbox version scored every row."
+        )
+    else:
+        commits = scorer.get("commits") or []
+        where = f" (commits {', '.join(c[:12] for c in commits)})" if commits else ""
+        declared = "; declared in scorer.json for records without a stamp" if scorer.get("declared") else ""
+        lines.append(f"- Scored by: {text}, every row{where}{declared}.")
     greedy = " and one greedy completion" if s.get("eval_greedy") else ""
     lines.append(
         f"- Evaluation: {_per_run(s.get('eval_problems'))} problems, n = {_per_run(s.get('eval_n'))} samples each "
@@ -321,7 +358,10 @@ def _from_start_section(report: Mapping[str, Any]) -> list[str]:
     lines.append(
         f"Each method's paired change (after − before, on the same problems), with its simultaneous interval over "
         f"the {m} methods (Bonferroni, {100 * (1 - ALPHA / m):.2f}% each, so all hold together at 95%) and the "
-        f"p-value adjusted by Holm over the methods. **Raised** / **lowered**: Holm-adjusted p < {ALPHA}."
+        f"p-value adjusted by Holm over the methods. **Raised** / **lowered**: Holm-adjusted p < {ALPHA}. Beside "
+        'each "no change shown": the smallest change its test would have caught with 80% probability (the '
+        "minimum detectable effect), so a smaller change may be there unseen. `< x`: the bootstrap's floor, no "
+        "replicate on the far side of 0."
     )
     header = ["Method"] + [_label(n) for n in names]
     lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -333,9 +373,10 @@ def _from_start_section(report: Mapping[str, Any]) -> list[str]:
                 cells.append("—")
                 continue
             word = {"raised": "**raised**", "lowered": "**lowered**"}.get(row["verdict"], "no change shown")
-            cells.append(
-                f"{_fmt_delta(name, row['delta'], row['simultaneous_ci'])}, p_Holm {row['p_holm']:.2g}: {word}"
-            )
+            if row["verdict"] == "no change shown":
+                word += _fmt_mde(name, row.get("mde"))
+            p_holm = _fmt_p(row["p_holm"], fs[name].get("p_floor"), row.get("p"))
+            cells.append(f"{_fmt_delta(name, row['delta'], row['simultaneous_ci'])}, p_Holm {p_holm}: {word}")
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -364,10 +405,12 @@ def _comparison_section(report: Mapping[str, Any]) -> list[str]:
                 f"{', '.join(r['better_than']) or '—'} |"
             )
         lines += ["", "| Better − worse | Δ [95% CI] | p | Holm p | Significant |", "|---|---|---|---|---|"]
+        floor = comp.get("p_floor")
         for p in comp["pairs"]:
+            verdict = "yes" if p["significant"] else "no" + _fmt_mde(name, p.get("mde"))
             lines.append(
-                f"| {p['better']} − {p['worse']} | {_fmt_delta(name, p['delta'], p['ci'])} | {p['p']:.4f} "
-                f"| {p['p_holm']:.4f} | {'yes' if p['significant'] else 'no'} |"
+                f"| {p['better']} − {p['worse']} | {_fmt_delta(name, p['delta'], p['ci'])} | {_fmt_p(p['p'], floor)} "
+                f"| {_fmt_p(p['p_holm'], floor, p['p'])} | {verdict} |"
             )
         lines.append("")
     return lines

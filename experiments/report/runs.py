@@ -35,11 +35,20 @@ class Run:
     after: dict[str, Any] | None  # eval_after.json
     log_history: list[dict[str, Any]] | None  # trainer_state.json's
     samples: list[tuple[int, int]] | None  # (step, fresh prompts) per generation batch
+    # scorer.json: what scored a run whose eval files predate the stamp (experiments.evaluation.scorer), or None
+    declared_scorer: dict[str, Any] | None = None
     label: str = ""  # the method, with the seed when the method has several runs (`run_label`)
 
     def phase(self, name: str) -> dict[str, Any] | None:
         """eval_before.json ("before") or eval_after.json ("after")."""
         return {"before": self.before, "after": self.after}[name]
+
+    def scorer(self, name: str) -> dict[str, Any] | None:
+        """What scored eval_<name>.json: its own `scorer` stamp, else the run's declared scorer.json, else None."""
+        ev = self.phase(name) or {}
+        if ev.get("scorer"):
+            return dict(ev["scorer"])
+        return None if self.declared_scorer is None else {"declared": True, **self.declared_scorer}
 
 
 def _read_json(path: Path) -> Any | None:
@@ -139,6 +148,7 @@ def load_run(run_dir: str | os.PathLike) -> Run:
         before=_read_json(run_dir / "eval_before.json"),
         after=_read_json(run_dir / "eval_after.json"),
         log_history=log_history,
+        declared_scorer=_read_json(run_dir / "scorer.json"),
     )
 
 

@@ -569,7 +569,12 @@ def test_the_report_leads_with_its_verdict_and_seeds_read_as_ids(tmp_path: Path)
     assert line.startswith(
         f"- **Greedy pass@1** (60 problems; before training {100 * base.mean():.1f}%): best **a**, "
     )
-    assert line.endswith("Not significantly below it (Holm, alpha 0.05): b. Significantly below it: c.")
+    mde = 100 * g["mde_range"][0]  # one null pair (a - b): its minimum detectable gap is printed beside it
+    assert g["mde_range"] == [g["mde_range"][0]] * 2 and mde > 0
+    assert line.endswith(
+        f"Not significantly below it (Holm, alpha 0.05): b (the smallest gap these tests detect with 80% power: "
+        f"{mde:.1f} pp). Significantly below it: c."
+    )
     assert "One training run per method (one seed): this ranks these runs, not the methods" in text
     assert "| a | 1 (seed 7) | 60 | 5 | 5 | " in text
 
