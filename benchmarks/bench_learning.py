@@ -312,11 +312,23 @@ def merge(outs: list[Path], out: Path) -> None:
 
 
 def _score_dict(score) -> dict:
+    """The totals, and per problem [samples, correct, greedy passed (1/0, None without greedy)]: the compact
+    counts every committed comparison is recomputed from when the run directories are not committed."""
+    rows = (score.result or {}).get("problems") or []
     return {
         "passed": score.passed,
         "n": score.n,
         "greedy_passed": score.greedy_passed,
         "problems": score.problems,
+        "per_problem": {
+            r["task_id"]: [
+                r["n"],
+                r["correct"],
+                None if r["greedy_passed"] is None else int(r["greedy_passed"]),
+            ]
+            for r in rows
+        },
+        "scorer": (score.result or {}).get("scorer"),
     }
 
 
@@ -325,8 +337,35 @@ def fresh_at(log, step: int) -> int:
     return sum(len(g["prompts"]) for g in log.generations if g["step"] < step)
 
 
+def _run_config(args, seed: int, n_eval: int) -> dict:
+    """The settings of a run that `passk train` keeps in run.json's `config`: the task, the prompt style, the
+    learning rate and the sampling, from the trainer's arguments."""
+    from experiments.learnable.warm_start import WARM_START_STEPS
+
+    return {
+        "dataset": "learnable",
+        "n_train": 3000,  # train_rows(3000) below
+        "n_eval": n_eval,
+        "style": "completion",
+        "seed": seed,
+        "warm_start_steps": WARM_START_STEPS,
+        **{
+            key: getattr(args, key, None)
+            for key in (
+                "learning_rate",
+                "lr_scheduler_type",
+                "max_completion_length",
+                "temperature",
+                "num_generations",
+            )
+        },
+        "lr_scheduler_type": str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)),
+    }
+
+
 def _write_run_dir(run_dir: Path, trainer, run: dict, before, after) -> None:
     """The files `experiments.report` reads, as `passk train` writes them."""
+    from experiments.evaluation.scorer import scorer_stamp
     from experiments.learnable.warm_start import WARM_START_STEPS
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -341,6 +380,10 @@ def _write_run_dir(run_dir: Path, trainer, run: dict, before, after) -> None:
         "global_step": trainer.state.global_step,
         "budget": run["budget"],
         "method_hparams": run["method_hparams"],
+        "model_parameters": sum(p.numel() for p in trainer.model.parameters()),
+        "scorer": scorer_stamp(),
+        # what the report's "What was trained" reads (experiments.report.analysis._setup), so it prints no "?"
+        "config": _run_config(trainer.args, run["seed"], len(after.greedy) or after.problems),
     }
     (run_dir / "run.json").write_text(json.dumps(meta, indent=1, default=str))
 

@@ -30,6 +30,7 @@ import os
 import shlex
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -53,6 +54,7 @@ from experiments.run.argv import (
 )
 from experiments.run.compare import REPO_ROOT, ComparisonInterrupted, child_env, compare
 from experiments.run.config import ExperimentArgs, config_path, method_spec
+from experiments.run.stopping import exit_status, sigterm_interrupts
 from experiments.run.validation import check_types
 
 ACCELERATE_CONFIG_DIR = REPO_ROOT / "accelerate_configs"
@@ -117,6 +119,29 @@ def accelerate_command(
     return [*cmd, "-m", "experiments.train", *config_args]
 
 
+def launch(cmd: Sequence[str]) -> int:
+    """Run `cmd` (an `accelerate launch`) and return its exit status. A SIGTERM sent to this process alone (a
+    container's first process, a scheduler's batch shell) is passed on to it, which passes it to every rank, and
+    this process waits for it to end: ended at once, it would leave the ranks training. Ctrl-C reaches the whole
+    terminal's process group, so it is not passed on (the ranks would read a second one as "stop at once")."""
+    import signal
+
+    import psutil  # accelerate's dependency
+
+    def pass_on(signum: int, frame: Any) -> None:
+        for child in psutil.Process().children():  # the launcher, started below by this process
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.send_signal(signum)
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, pass_on) if main_thread else None
+    try:
+        return subprocess.call(list(cmd), env=child_env())
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def cmd_train(argv: Sequence[str]) -> int:
     args = list(argv)
     if not args:
@@ -143,17 +168,17 @@ def cmd_train(argv: Sequence[str]) -> int:
     if acc:
         cmd = accelerate_command(args, str(acc), int(nproc) if nproc else None)
         print("passk: " + shlex.join(cmd), flush=True)
-        return subprocess.call(cmd, env=child_env())
+        return launch(cmd)
     if nproc:
         raise CliError("--num_processes needs --accelerate_config")
     from experiments.run.train import interrupted_message, run
 
     try:
         out = run(exp, cfg)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stopped:  # Ctrl-C or SIGTERM (experiments.run.stopping)
         # The command as typed (its CONFIG by name, not resolved to a path), plus --resume true.
         print(interrupted_message(list(argv), cfg), file=sys.stderr)
-        return 130
+        return exit_status(stopped)
     print(f"passk: run written to {out}")
     return 0
 
@@ -634,7 +659,7 @@ def cmd_compare(argv: Sequence[str]) -> int:
             )
     except ComparisonInterrupted as stopped:
         print(compare_interrupted_message("compare", argv, out, stopped), file=sys.stderr)
-        return 130
+        return exit_status(stopped)
     print(f"passk: report written to {report}")
     return 0
 
@@ -722,7 +747,7 @@ def cmd_demo(argv: Sequence[str]) -> int:
             )
     except ComparisonInterrupted as stopped:
         print(compare_interrupted_message("demo", argv, out, stopped), file=sys.stderr)
-        return 130
+        return exit_status(stopped)
     print(f"passk demo: {len(methods)} methods in {time.time() - t0:.0f}s")
     print(f"passk demo: report: {report}")
     return 0
@@ -763,13 +788,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     try:
-        return COMMANDS[args[0]](args[1:])
+        with sigterm_interrupts():  # SIGTERM stops as Ctrl-C does, from the first import on
+            return COMMANDS[args[0]](args[1:])
     except USER_ERRORS as e:
         print(f"passk: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # no traceback: what was written stays, and `passk train` said how to resume
+    except KeyboardInterrupt as stopped:  # no traceback: what was written stays; train said how to resume
         print(f"passk {args[0]}: interrupted", file=sys.stderr)
-        return 130
+        return exit_status(stopped)
 
 
 if __name__ == "__main__":

@@ -35,11 +35,12 @@ def child_env() -> dict[str, str]:
 
 
 class ComparisonInterrupted(KeyboardInterrupt):
-    """Ctrl-C during `compare`: `done` names the runs that finished, `left` the others (each with where it stands)."""
+    """Ctrl-C or SIGTERM (`signum`) during `compare`: `done` names the runs that finished, `left` the others (each
+    with where it stands)."""
 
-    def __init__(self, done: Sequence[str], left: Sequence[str]) -> None:
+    def __init__(self, done: Sequence[str], left: Sequence[str], signum: int = 2) -> None:
         super().__init__()
-        self.done, self.left = list(done), list(left)
+        self.done, self.left, self.signum = list(done), list(left), signum
 
 
 def _resume_plan(exp: Any, cfg: Any, argv: list[str]) -> tuple[str, list[str]]:
@@ -177,14 +178,14 @@ def compare(
             # Longest first (most optimizer steps: PPO), so that with several jobs no core idles at the end.
             by_cost = sorted(todo, key=lambda r: -steps[r[0]]) if jobs > 1 and not verbose else todo
             _run_processes(by_cost, heads, out / "logs", jobs=1 if verbose else jobs, verbose=verbose)
-    except KeyboardInterrupt:
-        raise _interrupted(runs) from None
+    except KeyboardInterrupt as stopped:
+        raise _interrupted(runs, getattr(stopped, "signum", 2)) from None
     from experiments.report import write_report
 
     return Path(write_report([run_dir for _, run_dir, _ in runs], out))
 
 
-def _interrupted(runs: Sequence[tuple[str, Path, list[str]]]) -> ComparisonInterrupted:
+def _interrupted(runs: Sequence[tuple[str, Path, list[str]]], signum: int = 2) -> ComparisonInterrupted:
     from experiments.run.argv import parse_config
     from experiments.run.train import finished_run, last_checkpoint
 
@@ -195,7 +196,7 @@ def _interrupted(runs: Sequence[tuple[str, Path, list[str]]]) -> ComparisonInter
         else:
             last = last_checkpoint(run_dir)
             left.append(f"{name} ({'at ' + Path(last).name if last else 'no checkpoint: starts again'})")
-    return ComparisonInterrupted(done, left)
+    return ComparisonInterrupted(done, left, signum)
 
 
 def _run_processes(

@@ -139,6 +139,10 @@ class ExperimentArgs:
             checkpoint explicitly instead.
         overwrite (`bool`, defaults to `False`): Delete what `output_dir` holds before the run. Without it (or
             `resume`), a run refuses an `output_dir` that is not empty, so that no earlier run is lost or mixed in.
+        sigterm_grace_s (`float`, defaults to `25.0`): After a SIGTERM (a scheduler stopping the job), the seconds
+            the run may take to finish its step and save a checkpoint there, as after Ctrl-C; past them it stops at
+            once, resumable from its last checkpoint. Set it below the scheduler's own grace period (Slurm's
+            KillWait and Kubernetes' terminationGracePeriodSeconds are 30 s by default). 0: no deadline.
         num_threads (`int`, defaults to `1`): `torch.set_num_threads` on CPU runs (0 leaves torch's choice).
         save_model (`bool`, defaults to `True`): Save the final model (or adapter) to `output_dir`.
     """
@@ -204,6 +208,10 @@ class ExperimentArgs:
     resume: bool = field(default=False, metadata={"help": "Resume from the last checkpoint in output_dir."})
     overwrite: bool = field(
         default=False, metadata={"help": "Replace what an existing output_dir holds (else a run refuses it)."}
+    )
+    sigterm_grace_s: float = field(
+        default=25.0,
+        metadata={"help": "Seconds after a SIGTERM to finish the step and save it (0: no deadline)."},
     )
     num_threads: int = field(default=1, metadata={"help": "torch threads on CPU (0: torch's default)."})
     save_model: bool = field(default=True, metadata={"help": "Save the final model to output_dir."})

@@ -283,32 +283,40 @@ def run_children(
     after it and the running ones are stopped; the children come back with their `returncode` (None: never
     started, or stopped).
 
-    Ctrl-C reaches this process alone (each child has its own process group). The first one is passed on to the
-    running children from the signal handler itself, once each, so that each run stops at the end of its step and
-    saves a checkpoint there; the loop then waits for them and raises KeyboardInterrupt. A second Ctrl-C stops them
-    at once. Only the handler's own work decides: a KeyboardInterrupt raised wherever the signal landed was once
-    lost on a loaded machine (a comparison ran to the end and exited 0).
+    Ctrl-C reaches this process alone (each child has its own process group), and so does a scheduler's SIGTERM
+    sent to it. The first one is passed on to the running children from the signal handler itself, once each, so
+    that each run stops at the end of its step and saves a checkpoint there (a SIGTERM within the children's
+    `sigterm_grace_s`); the loop then waits for them and raises `Interrupted` with that signal. A second Ctrl-C
+    stops them at once; a repeated SIGTERM changes nothing. Only the handler's own work decides: a
+    KeyboardInterrupt raised wherever the signal landed was once lost on a loaded machine (a comparison ran to the
+    end and exited 0).
     """
+    from experiments.run.stopping import STOP_SIGNALS, Interrupted
+
     board = board or ProgressBoard()
     pending = list(children)
     running: list[_Running] = []
     sel = selectors.DefaultSelector()
     failed = False
     ctrl_c = threading.Event()
+    asked: list[int] = []  # the first stop signal
 
     def on_sigint(signum: int, frame: Any) -> None:
         if ctrl_c.is_set():
-            raise KeyboardInterrupt
+            if signum == signal.SIGTERM and asked == [signal.SIGTERM]:
+                return  # the same request again
+            raise Interrupted(asked[0] if asked else signum)
+        asked.append(signum)
         ctrl_c.set()
         for run in list(running):
-            run.interrupt()
+            run.interrupt(signum=signum)
 
     main_thread = threading.current_thread() is threading.main_thread()  # only it may set handlers
-    previous = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
+    previous = {sig: signal.signal(sig, on_sigint) for sig in STOP_SIGNALS} if main_thread else {}
     try:
         while pending or running:
             if ctrl_c.is_set():
-                raise KeyboardInterrupt
+                raise Interrupted(asked[0] if asked else signal.SIGINT)
             while pending and not failed and len(running) < max(1, jobs):
                 child = pending.pop(0)
                 if on_start:
@@ -336,7 +344,7 @@ def run_children(
     except KeyboardInterrupt:
         ctrl_c.set()  # a second Ctrl-C, from here on, raises in the handler
         for run in running:
-            run.interrupt()  # a no-op for the runs the handler has told already
+            run.interrupt(signum=asked[0] if asked else signal.SIGINT)  # a no-op for the runs told already
         try:
             for run in running:
                 run.stop(grace=INTERRUPT_GRACE_S)
@@ -347,8 +355,8 @@ def run_children(
         running.clear()
         raise
     finally:
-        if main_thread and previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         for run in running:  # left by another error: stop them
             run.stop()
         sel.close()
@@ -408,12 +416,12 @@ class _Running:
         if self.log:
             self.log.close()
 
-    def interrupt(self, again: bool = False) -> None:
-        """Send the child SIGINT, as Ctrl-C would (this call started it, so by its own handle): once, since the
-        child reads a second SIGINT as "stop now", unless `again` asks for that."""
+    def interrupt(self, again: bool = False, signum: int = signal.SIGINT) -> None:
+        """Send the child `signum` (SIGINT, as Ctrl-C would; or SIGTERM) by its own handle (this call started it):
+        once, since the child reads a second SIGINT as "stop now", unless `again` asks for that."""
         if self.proc.poll() is None and (again or not self.interrupted):
             self.interrupted = True
-            self.proc.send_signal(signal.SIGINT)
+            self.proc.send_signal(signal.SIGINT if again else signum)
 
     def stop(self, grace: float = 0.0) -> None:
         """End the child (this call started it, so by its own handle), after `grace` seconds to end by itself."""

@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -55,6 +56,7 @@ from experiments.run.budget import scheduled_rows
 from experiments.run.config import ExperimentArgs, method_spec
 from experiments.run.progress import attach, note
 from experiments.run.record import run_budget_record, run_record
+from experiments.run.stopping import Interrupted, exit_status, sigterm_interrupts
 from experiments.run.validation import check_output_dir, sharded_weights
 
 logger = logging.getLogger("passk.train")
@@ -238,20 +240,25 @@ def save_at_generation_ends(period: int) -> Any:
 
 
 @contextlib.contextmanager
-def stop_at_step_end_on_ctrl_c(trainer: Any, period: int = 1) -> Iterator[Any]:
-    """While training, the first Ctrl-C stops the run at the end of the current generation batch (the current
-    optimizer step, unless one generation batch feeds several: PPO's epochs, `steps_per_generation`) and saves a
-    checkpoint there, so that `--resume true` loses nothing and samples what an uninterrupted run would; a second
-    one stops it at once. The yielded callback's `stopped` says whether training ended so (the caller then raises
-    KeyboardInterrupt). Only a flag is set in the handler: raised wherever SIGINT happened to land, a Ctrl-C was
-    once lost on a loaded machine (Python drops an exception raised inside a finalizer or a weakref callback)."""
-    import signal
+def stop_at_step_end_on_ctrl_c(trainer: Any, period: int = 1, grace_s: float = 0.0) -> Iterator[Any]:
+    """While training, the first Ctrl-C or SIGTERM (experiments.run.stopping) stops the run at the end of the current
+    generation batch (the current optimizer step, unless one generation batch feeds several: PPO's epochs,
+    `steps_per_generation`) and saves a checkpoint there, so that `--resume true` loses nothing and samples what an
+    uninterrupted run would; a second Ctrl-C stops it at once, and so does a SIGTERM's deadline: `grace_s` seconds
+    after it (0: none). A repeated SIGTERM (a launcher passing on the scheduler's) changes nothing. The yielded
+    callback's `signum` says which signal asked (None: none), `stopped` whether training ended at the step for it
+    (the caller then raises `Interrupted`). Only a flag is set in the handler: raised wherever the signal happened
+    to land, a Ctrl-C was once lost on a loaded machine (Python drops an exception raised inside a finalizer or a
+    weakref callback). Every rank of a multi-process run stops at the same step when any one was asked."""
     import threading
 
     from transformers import TrainerCallback
 
+    from experiments.run.stopping import STOP_SIGNALS, Interrupted, signal_name
+
     class StopAtGenerationEnd(TrainerCallback):
         stopped = False
+        signum: int | None = None
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             asked = pending.is_set()
@@ -263,31 +270,59 @@ def stop_at_step_end_on_ctrl_c(trainer: Any, period: int = 1) -> Iterator[Any]:
                 asked = bool(trainer.accelerator.reduce(flag, reduction="sum").item() > 0)
             if asked and _at_generation_end(state, period):
                 control.should_save = control.should_training_stop = self.stopped = True
+                if self.signum is None:  # asked on another rank
+                    self.signum = signal.SIGTERM
 
-    pending = threading.Event()
+    pending, expired = threading.Event(), threading.Event()
     callback = StopAtGenerationEnd()
     if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
         yield callback
         return
+    deadline: list[threading.Timer] = []
+    main_ident = threading.main_thread().ident
 
-    def on_sigint(signum: int, frame: Any) -> None:
+    def expire() -> None:
+        expired.set()
+        print(
+            f"passk: SIGTERM: sigterm_grace_s ({grace_s:g} s) is over before the end of the step: stopping now",
+            file=sys.stderr,
+            flush=True,
+        )
+        # A real signal to the main thread (the handler below raises there), so that a wait it is in (a sleep, a
+        # lock, a pipe) ends too.
+        signal.pthread_kill(main_ident, signal.SIGTERM)
+
+    def on_signal(signum: int, frame: Any) -> None:
         if pending.is_set():
-            raise KeyboardInterrupt
+            if signum == signal.SIGTERM == callback.signum and not expired.is_set():
+                return  # the same request again: its deadline stands
+            raise Interrupted(callback.signum or signum)
+        callback.signum = signum
         pending.set()
         step, total = trainer.state.global_step + 1, trainer.state.max_steps  # the step in progress
         stop = min(-(-step // period) * period, total) if total else step
+        then = "Ctrl-C again: now" if signum == signal.SIGINT else f"within sigterm_grace_s {grace_s:g} s"
+        if signum == signal.SIGTERM and grace_s > 0:
+            deadline.append(threading.Timer(grace_s, expire))
+            deadline[0].daemon = True
+            deadline[0].start()
+        elif signum == signal.SIGTERM:
+            then = "sigterm_grace_s 0: no deadline"
         print(
-            f"passk: Ctrl-C: stopping at the end of step {stop} and saving a checkpoint there (Ctrl-C again: now)",
+            f"passk: {signal_name(signum)}: stopping at the end of step {stop} and saving a checkpoint there ({then})",
             file=sys.stderr,
             flush=True,
         )
 
     trainer.add_callback(callback)
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = {signum: signal.signal(signum, on_signal) for signum in STOP_SIGNALS}
     try:
         yield callback
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for timer in deadline:
+            timer.cancel()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         trainer.remove_callback(callback)
 
 
@@ -424,9 +459,10 @@ def run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any] = ()) -> Path:
     """Run one experiment from parsed configs; returns `output_dir`. See the module docstring.
 
     `callbacks` are extra `transformers.TrainerCallback`s for the trainer (benchmarks use this for timing). The
-    libraries' output goes to `output_dir/train.log` (`library_output_to_run_log`).
+    libraries' output goes to `output_dir/train.log` (`library_output_to_run_log`). Ctrl-C and SIGTERM stop it
+    with `Interrupted` (experiments.run.stopping), leaving what `--resume true` continues.
     """
-    with library_output_to_run_log() as run_log:
+    with library_output_to_run_log() as run_log, sigterm_interrupts():
         return _run(exp, cfg, callbacks, run_log)
 
 
@@ -548,12 +584,12 @@ def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunL
         logging.getLogger("transformers.trainer").removeFilter(tied)
     else:
         try:
-            with stop_at_step_end_on_ctrl_c(trainer, period) as ctrl_c:
+            with stop_at_step_end_on_ctrl_c(trainer, period, exp.sigterm_grace_s) as stop:
                 train_output = trainer.train(resume_from_checkpoint=resume_from)
         finally:
             logging.getLogger("transformers.trainer").removeFilter(tied)
-        if ctrl_c.stopped:  # the checkpoint is saved; the caller says how to resume
-            raise KeyboardInterrupt
+        if stop.signum is not None:  # saved at the step (else the last save); the caller says how to resume
+            raise Interrupted(stop.signum)
     train_seconds = time.time() - t_train
     # trainer_state.json in output_dir (the report reads its log_history), also when save_strategy is "no".
     trainer.save_state()
@@ -655,17 +691,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     cfg = None
     try:
-        exp, cfg = parse_config(args)
-        out = run(exp, cfg)
+        with sigterm_interrupts():  # also while the config is read and the libraries imported
+            exp, cfg = parse_config(args)
+            out = run(exp, cfg)
     except USER_ERRORS as e:
         print(f"passk: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stopped:  # Ctrl-C or SIGTERM (experiments.run.stopping)
         if main_rank:
             print(
                 interrupted_message(args, cfg) if cfg is not None else "passk: interrupted", file=sys.stderr
             )
-        return 130
+        return exit_status(stopped)
     end_process_group()
     if main_rank:
         print(f"passk: run written to {out}")

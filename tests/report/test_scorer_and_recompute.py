@@ -28,8 +28,20 @@ def _eval(correct: list[int], scorer: dict | None) -> dict:
         ProblemResult(t, 4, c, [1.0] * c + [0.0] * (4 - c), c > 1, "x", 0) for t, c in zip(TASKS, correct)
     ]
     passk, greedy, avg = summarize(problems, ks=(1, 4))
+    settings = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 16, "greedy": True, "seed": 0}
     return EvalResult(
-        passk, greedy, avg, len(problems), 4, [1, 4], 100, 1.0, 1.0, problems, scorer=scorer
+        passk,
+        greedy,
+        avg,
+        len(problems),
+        4,
+        [1, 4],
+        100,
+        1.0,
+        1.0,
+        problems,
+        settings=settings,
+        scorer=scorer,
     ).to_dict()
 
 
@@ -131,3 +143,53 @@ def test_the_committed_smollm2_report_is_rebuilt_from_its_committed_records_with
     assert json.loads(json.dumps(report, sort_keys=True)) == committed
     assert render_markdown(report) == (SMOLLM2 / "report.md").read_text()
     assert "?" not in render_markdown(report).split("## What was trained")[1].split("\n\n")[0]
+
+
+def _bench_learning():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_learning", ROOT / "benchmarks" / "bench_learning.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_bench_learning_run_gives_the_report_every_setting_it_prints_and_its_counts_per_problem(
+    tmp_path: Path,
+) -> None:
+    """bench_learning's run.json carries the config the report's "What was trained" reads (the side-by-side study
+    printed "?" for the task, style, learning rate, length and temperature), and learning.json the per-problem
+    counts a comparison is recomputed from."""
+    from types import SimpleNamespace
+
+    from experiments.learnable.recipe import HeldoutScore
+
+    bench = _bench_learning()
+    args = SimpleNamespace(
+        learning_rate=3e-4,
+        lr_scheduler_type=SimpleNamespace(value="constant_with_warmup"),
+        max_completion_length=16,
+        temperature=1.0,
+        num_generations=8,
+    )
+    config = bench._run_config(args, 0, len(TASKS))
+    assert config["lr_scheduler_type"] == "constant_with_warmup" and config["dataset"] == "learnable"
+    dirs = [_run(tmp_path / m, m, scorer_stamp(), [c] * len(TASKS)) for m, c in (("a", 3), ("b", 2))]
+    for d in dirs:
+        meta = json.loads((d / "run.json").read_text())
+        meta["config"] = config
+        meta["model_parameters"] = 1234  # as bench_learning's run.json records it
+        meta["budget"] = {
+            "fresh_prompts": 8,
+            "fresh_completions": 64,
+            "optimizer_steps": 1,
+            "num_generations": 8,
+        }
+        (d / "run.json").write_text(json.dumps(meta))
+    setup = render_markdown(build_report(dirs, tmp_path)).split("## What was trained")[1].split("\n\n")[1]
+    assert "?" not in setup and "learning rate 0.0003 (constant_with_warmup)" in setup
+    after = _eval([3] * len(TASKS), scorer_stamp())
+    score = HeldoutScore(60, 80, 20, 20, result=after)
+    counts = bench._score_dict(score)
+    assert counts["per_problem"]["t0"] == [4, 3, 1] and len(counts["per_problem"]) == len(TASKS)
+    assert counts["scorer"] == scorer_stamp()
