@@ -48,6 +48,7 @@ CASE_START = 0.05  # seconds a stdin/stdout case may take to start, in the defau
 UID_BASE = 61000  # slot i runs its candidates as uids base + 2i and base + 2i + 1 (when root)
 UIDS_PER_LOCAL_RANK = 256  # accelerate/torchrun ranks on one node start from disjoint uid ranges
 UID_CLAIM_TRIES = 512  # ranges tried upwards when the preferred one is held by another pool
+CPU_CLAIM_LEVELS = 64  # slots of all pools on one CPU before a slot goes unpinned
 IN_FLIGHT = 4  # tasks queued at one zygote: it takes the next one without waiting for the owner
 REFILL = 2  # a worker is topped up when this many of its tasks are done: two or more tasks per frame
 CHECK_EVERY = 0.25  # seconds between looks for dead or hung workers
@@ -84,6 +85,37 @@ def claim_uids(first: int, count: int) -> tuple[int, list[socket.socket]]:
                 s.close()
             base += count
     raise RuntimeError(f"sandbox: no free range of {count} uids from {first} (tried {UID_CLAIM_TRIES})")
+
+
+def claim_cpus(n: int, cpus: Sequence[int]) -> tuple[list[int | None], list[socket.socket]]:
+    """A CPU for each of ``n`` worker slots, chosen so that the pools of a host spread over its CPUs: each
+    slot takes the CPU that the fewest slots of any pool hold (the lowest free level of ``cpus``, in order).
+
+    A slot's claim on CPU c is the abstract unix socket ``passk-sandbox-cpu-<c>-<level>``, at the lowest level
+    still free for c, held as long as this process lives (the kernel frees the name when it dies, even by
+    SIGKILL), as ``claim_uids`` does. Without it every pool pinned slot i to CPU i, so that pools sharing a
+    host (accelerate ranks, an evaluation beside training) stacked on the same CPUs while others idled. A
+    slot finds no claim only when every CPU has CPU_CLAIM_LEVELS slots: it is not pinned (None)."""
+    held: list[socket.socket] = []
+    chosen: list[int | None] = []
+    level = 0
+    for _ in range(n):
+        cpu = None
+        while cpu is None and level < CPU_CLAIM_LEVELS:
+            for c in cpus:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # bound, never listening
+                try:
+                    s.bind(f"\0passk-sandbox-cpu-{c}-{level}")
+                except OSError:
+                    s.close()
+                    continue
+                held.append(s)
+                cpu = c
+                break
+            else:
+                level += 1
+        chosen.append(cpu)
+    return chosen, held
 
 
 # The status of a task: PASSED = "passed", FAILED = "failed", ... (the names and their meanings: verdicts.py).
@@ -223,8 +255,9 @@ def _budget(task: dict[str, Any]) -> float:
 class _Worker:
     """One zygote: its process, its pipes (non-blocking), and the tasks in flight there, oldest first."""
 
-    def __init__(self, slot: int, config: dict[str, Any], python: str):
+    def __init__(self, slot: int, config: dict[str, Any], python: str, cpu: int | None = None):
         self.slot, self.config, self.python = slot, config, python
+        self.cpu = cpu  # pinned there with everything it forks (None: not pinned)
         self.proc: subprocess.Popen | None = None
         self.hello: dict[str, Any] = {}
         self.inbuf, self.outbuf = bytearray(), bytearray()
@@ -242,9 +275,9 @@ class _Worker:
         cfg = dict(self.config)
         if cfg.get("uid_base") is not None:
             cfg["uid"] = cfg["uid_base"] + 2 * self.slot
-        if cfg.pop("pin_cpus", False):
-            cpus = sorted(os.sched_getaffinity(0))
-            cfg["pin"] = cpus[self.slot % len(cpus)]
+        cfg.pop("pin_cpus", None)
+        if self.cpu is not None:
+            cfg["pin"] = self.cpu
         self.proc = subprocess.Popen(
             [self.python, "-I", "-S", "-c", LAUNCH, str(ZYGOTE.parent), json.dumps(cfg)],
             stdin=subprocess.PIPE,
@@ -339,7 +372,12 @@ class _Pool:
             config["uid_base"] = None
         self.uids = range(config["uid_base"], config["uid_base"] + 2 * n_workers) if self.uid_claims else None
         self.non_dumpable = set_non_dumpable()
-        self.workers = [_Worker(i, config, python) for i in range(n_workers)]
+        cpus: list[int | None] = [None] * n_workers
+        self.cpu_claims: list[socket.socket] = []
+        if config.get("pin_cpus"):
+            cpus, self.cpu_claims = claim_cpus(n_workers, sorted(os.sched_getaffinity(0)))
+        self.cpus = cpus
+        self.workers = [_Worker(i, config, python, cpus[i]) for i in range(n_workers)]
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         os.set_blocking(self.wake_w, False)
@@ -609,7 +647,7 @@ class _Pool:
                     pass
         for w in self.workers:
             w.kill()
-        for s in self.uid_claims:
+        for s in self.uid_claims + self.cpu_claims:
             s.close()
         for fd in (self.wake_r, self.wake_w):
             try:
@@ -638,8 +676,10 @@ class Sandbox:
             their extension modules load. A package directory among them (``.../site-packages/numpy``) is
             importable: its parent joins the candidates' and the judge's ``sys.path`` (only what was bound is
             visible there).
-        pin_cpus: pin worker ``i`` (its judge, spawner and candidates) to the i-th CPU this process may use.
-            They hand work to each other at every call; on one CPU that costs no cross-CPU wake-ups.
+        pin_cpus: pin each worker (its judge, spawner and candidates) to one CPU this process may use: they hand
+            work to each other at every call, and on one CPU that costs no cross-CPU wake-ups. The CPUs are
+            claimed host-wide (``claim_cpus``): each worker takes the CPU that the fewest workers of any pool
+            hold, so that pools sharing a host spread out instead of stacking on the first CPUs.
         disable: isolation layers to switch off, for tests and debugging ("netns", "userns", "seccomp").
             The uid drop cannot be switched off: candidates never run as root. ``layers`` reports what is
             really active.

@@ -66,7 +66,7 @@ from .base import (
 from .candidate import _flush
 from .judge import Abort, OwnerGone, OwnerLink, Run, Verdict, judge_exec, judge_rpc
 from .root import STDLIB_DIRS
-from .seccomp import build_seccomp
+from .seccomp import CANDIDATE, THREADS, build_seccomp
 from .spawner import SCRATCH_INODES, SCRATCH_MB, Spawner
 from .stdio_judge import describe_exit, judge_stdio
 from .wire import decode_value, encode_frame, encode_reply, encode_value, write_all
@@ -350,10 +350,10 @@ def main(config: str) -> None:
         warm_up()
     if cfg.get("pin") is not None:  # judge, spawner and candidates ping-pong: keep them on one CPU
         os.sched_setaffinity(0, {cfg["pin"]})
-    load_seccomp = threads_filter = None
+    load_seccomp, stacked = None, (None, None)
     if "seccomp" not in off:
         try:
-            load_seccomp, threads_filter = build_seccomp(), build_seccomp(threads_only=True)
+            load_seccomp, stacked = build_seccomp(), (build_seccomp(CANDIDATE), build_seccomp(THREADS))
         except OSError as e:
             print(f"passk zygote: no seccomp ({e})", file=sys.stderr)
     try:
@@ -372,7 +372,7 @@ def main(config: str) -> None:
     gc.collect()
     gc.freeze()  # forked children then do not touch these pages through the collector
     libc.malloc_trim(0)  # fewer pages to copy at every fork
-    spawner = Spawner(uids, layers, load_seccomp, cfg.get("readonly_paths", ()), threads_filter)
+    spawner = Spawner(uids, layers, load_seccomp, cfg.get("readonly_paths", ()), stacked)
     try:
         observed = probe(spawner, cfg, layers, spawner.report["top"])
         hello = {

@@ -62,13 +62,17 @@ CANDIDATE_RLIMITS = (
     (resource.RLIMIT_NPROC, 0),  # no new process or thread (fork bombs, daemons); root is exempt: uid drop
     (resource.RLIMIT_MEMLOCK, 0),  # no locked pages, which the kernel could not reclaim or swap
     (resource.RLIMIT_MSGQUEUE, 0),  # no POSIX message queue memory (seccomp refuses mq_open as well)
+    # Queued signals, and POSIX timers (each holds a queued signal's kernel memory from timer_create on): the
+    # host default grows with its RAM (tens of MiB of kernel memory per uid); a program needs a handful.
+    (resource.RLIMIT_SIGPENDING, 64),
 )
 # A stdin/stdout case may run threads (the competitive-programming idiom of a big-stack thread for deep
 # recursion), this many tasks of its uid in all; a filter of its own refuses it new processes (``build_seccomp``).
 # Only with seccomp and a uid of its own: RLIMIT_NPROC counts every task of the uid, and without the filter it is
 # the only bar to a fork bomb.
 CASE_TASKS = 16
-CASE_THREADS_FILTER = None  # the threads-only filter, once the spawner has seccomp (set_threads_filter)
+CASE_THREADS_FILTER = None  # the threads filter, once the spawner has seccomp (set_filters)
+CANDIDATE_FILTER = None  # the filter each rpc/exec candidate stacks (pidfds, shared futexes), likewise
 # The stdin/stdout case server runs no program code (it compiles it and forks the cases): it keeps the
 # privileges and the process limit the case set-up needs, and takes the rest.
 SERVER_RLIMITS = tuple((lim, value) for lim, value in CANDIDATE_RLIMITS if lim != resource.RLIMIT_NPROC)
@@ -76,10 +80,11 @@ PROC_OPTIONS = "subset=pid,hidepid=invisible"  # a candidate's /proc: its own pr
 
 
 # ---- candidate (a child of the spawner) ----------------------------------------------------------------
-def set_threads_filter(install) -> None:
-    """In the spawner, once seccomp is on: what a stdin/stdout case calls to stack the threads-only filter."""
-    global CASE_THREADS_FILTER
-    CASE_THREADS_FILTER = install
+def set_filters(candidate, threads) -> None:
+    """In the spawner, once seccomp is on: what a candidate calls to stack its own filter (``seccomp.CANDIDATE``),
+    and what a stdin/stdout case calls instead (``seccomp.THREADS``: the candidate's rules, and threads)."""
+    global CANDIDATE_FILTER, CASE_THREADS_FILTER
+    CANDIDATE_FILTER, CASE_THREADS_FILTER = candidate, threads
 
 
 def prompt_source(source):
@@ -147,7 +152,9 @@ def candidate_setup(
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the uid change, which clears it
     prctl(PR_SET_DUMPABLE, 0)  # no /proc/<pid>/mem, no ptrace, even for the same uid
     if threads:
-        CASE_THREADS_FILTER()  # threads, but no new process
+        CASE_THREADS_FILTER()  # threads, but no new process; no pidfd, no shared futex
+    elif CANDIDATE_FILTER is not None:
+        CANDIDATE_FILTER()  # no pidfd, no shared futex (what the spawner's own filter must leave it)
 
 
 def _flush():

@@ -51,8 +51,22 @@ SECCOMP_DENY = (
     "fadvise64 readahead mincore cachestat remap_file_pages sysinfo "
     # Memory outside RLIMIT_AS that a case could pin (there is no memory cgroup per slot): memfds, secret
     # memory. tmpfs /tmp is size-limited; SysV and POSIX shared memory are refused above.
-    "memfd_create memfd_secret"
+    "memfd_create memfd_secret "
+    # Asynchronous I/O: io_setup takes from a host-wide budget (fs.aio-max-nr), so one case could hold all of
+    # it (every other process of the host then gets EAGAIN) and its fill level is a channel between pools.
+    # Nothing in the standard library uses it.
+    "io_setup io_destroy io_submit io_cancel io_getevents io_pgetevents"
 ).split()
+# Refused in the candidates only (a filter stacked by each, ``CANDIDATE``): the spawner and the case server
+# make pidfds of their children. A pidfd's inode number is the process's id in a counter of every process the
+# host ever started (pidfs), so it shows how many other pools' tasks started in between: a channel.
+# Shared futexes (see compile_seccomp): futex_waitv and futex_requeue keep each futex's private flag in memory,
+# where a filter cannot read it, so they are refused whole; futex, futex_wake and futex_wait unless private.
+CANDIDATE_DENY = "pidfd_open futex_waitv futex_requeue".split()
+FUTEX_PRIVATE_FLAG = 128  # futex(2) op bit; FUTEX2_PRIVATE in futex_wake/futex_wait's flags is the same bit
+FUTEX2_FLAGS_ARG = {"futex_wake": 3, "futex_wait": 3}
+SO_PASSPIDFD, SO_PEERPIDFD = 76, 77  # a pidfd of the socket's peer (itself, over a socketpair)
+SOL_SOCKET = 1
 # madvise advice a candidate may give: what acts on its own pages only (0-19: normal, random, sequential,
 # dontneed, free, dontfork, dofork, hugepage, nohugepage, dontdump, dodump, wipeonfork, keeponfork), except
 # WILLNEED (reads ahead into the shared page cache), REMOVE (frees shared file pages) and MERGEABLE (KSM
@@ -71,7 +85,7 @@ UNSHARE_DENY_BITS = (0x10000000, 0x40000000, 0x04000000, 0x02000000, 0x00000080,
 # A thread must share the address space, the fs struct, the file table and the signal handlers of its process
 # (a clone without one of them is refused in a stdin/stdout case): RLIMIT_AS and RLIMIT_NOFILE then bound the
 # whole case, not each thread.
-CLONE_VM, CLONE_FS, CLONE_FILES, CLONE_SIGHAND = 0x100, 0x200, 0x400, 0x800
+CLONE_VM, CLONE_FS, CLONE_FILES, CLONE_SIGHAND, CLONE_PIDFD = 0x100, 0x200, 0x400, 0x800, 0x1000
 
 FCNTL_DENY = (
     F_GETLK,
@@ -96,9 +110,13 @@ class SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def build_seccomp(threads_only: bool = False):
-    """Compile the filter (with ``threads_only``, the one that leaves a stdin/stdout case threads but no new
-    process) with libseccomp in a throwaway child (so that neither the judge nor the spawner maps the library:
+SPAWNER, CANDIDATE, THREADS = "spawner", "candidate", "threads"  # the three filters, by what loads them
+
+
+def build_seccomp(kind: str = SPAWNER):
+    """Compile a filter: ``SPAWNER``, the one every candidate inherits; ``CANDIDATE``, stacked on it by each
+    rpc or exec candidate; ``THREADS``, stacked by a stdin/stdout case instead (the candidate's rules, and
+    threads but no new process). Compiled with libseccomp in a throwaway child (so that neither the judge nor the spawner maps the library:
     one more thing every fork would copy) and export it as BPF; returns a function that installs it in the
     calling process with two prctl calls."""
     r, w = os.pipe()
@@ -107,7 +125,7 @@ def build_seccomp(threads_only: bool = False):
         status = 1
         try:
             os.close(r)
-            write_all(w, compile_seccomp(threads_only))
+            write_all(w, compile_seccomp(kind))
             status = 0
         finally:
             os._exit(status)
@@ -129,8 +147,8 @@ def build_seccomp(threads_only: bool = False):
     return load
 
 
-def compile_seccomp(threads_only: bool = False):
-    """The filter as BPF bytes, compiled by libseccomp."""
+def compile_seccomp(kind: str = SPAWNER):
+    """The filter of that kind (``build_seccomp``) as BPF bytes, compiled by libseccomp."""
     lib = ctypes.CDLL("libseccomp.so.2")
     lib.seccomp_init.restype = ctypes.c_void_p
     lib.seccomp_init.argtypes = [ctypes.c_uint32]
@@ -157,15 +175,26 @@ def compile_seccomp(threads_only: bool = False):
             if lib.seccomp_rule_add_array(ctx, action, nr, len(cmps), arr) != 0:
                 raise OSError(f"seccomp rule for {name}")
 
-    if threads_only:
+    if kind in (CANDIDATE, THREADS):
+        for name in CANDIDATE_DENY:
+            rule(name)
+        # Shared futexes: their key is the inode and offset of a file page (any file mapping, the C library's
+        # included), the same key in every process of the host that maps that file, so a wait in one pool and a
+        # wake in another meet. Private futexes (what threads and locks use) are keyed by the process.
+        rule("futex", ArgCmp(1, masked_eq, FUTEX_PRIVATE_FLAG, 0))
+        for name, arg in FUTEX2_FLAGS_ARG.items():
+            rule(name, ArgCmp(arg, masked_eq, FUTEX_PRIVATE_FLAG, 0))
+    if kind == THREADS:
         # Stacked on the inherited filter in a stdin/stdout case, whose RLIMIT_NPROC then allows threads: no
         # fork, no vfork, no clone that is not a thread; clone3, whose flags a filter cannot read, looks
-        # absent, so that the C library starts threads with clone.
+        # absent, so that the C library starts threads with clone. CLONE_PIDFD would give a pidfd (above).
         rule("fork")
         rule("vfork")
         for bit in (CLONE_THREAD, CLONE_VM, CLONE_FS, CLONE_FILES, CLONE_SIGHAND):  # any one missing: refused
             rule("clone", ArgCmp(0, masked_eq, bit, 0))
+        rule("clone", ArgCmp(0, masked_eq, CLONE_PIDFD, CLONE_PIDFD))
         rule("clone3", action=enosys)
+    if kind != SPAWNER:
         return export_bpf(lib, ctx)
     for name in SECCOMP_DENY:
         rule(name)
@@ -182,6 +211,9 @@ def compile_seccomp(threads_only: bool = False):
         rule("madvise", ArgCmp(2, eq, advice, 0))
     for name in ("preadv2", "pwritev2"):
         rule(name, ArgCmp(PREADV2_FLAGS_ARG, masked_eq, RWF_NOWAIT, RWF_NOWAIT))
+    # A pidfd of a socket's peer (``CANDIDATE_DENY`` says why not): neither asked for nor passed along.
+    rule("getsockopt", ArgCmp(1, eq, SOL_SOCKET, 0), ArgCmp(2, eq, SO_PEERPIDFD, 0))
+    rule("setsockopt", ArgCmp(1, eq, SOL_SOCKET, 0), ArgCmp(2, eq, SO_PASSPIDFD, 0))
     # Dumpable again: a core_pattern that pipes to a helper would get its memory whatever RLIMIT_CORE says, and
     # ptrace and /proc/<pid>/mem by its uid would work. Setting 0 stays allowed (the set-up does it).
     rule("prctl", ArgCmp(0, eq, PR_SET_DUMPABLE, 0), ArgCmp(1, ne, 0, 0))

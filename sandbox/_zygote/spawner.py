@@ -22,7 +22,7 @@ from .base import (
     set_name,
     unshare,
 )
-from .candidate import candidate_setup, case_server, serve, set_threads_filter
+from .candidate import candidate_setup, case_server, serve, set_filters
 from .root import build_root, warm_root
 from .wire import write_all
 
@@ -152,7 +152,7 @@ def spawner_main(sock, uids: tuple, layers: dict, pid_ns: int) -> None:
 
 class Spawner:
     def __init__(
-        self, uids: tuple, layers: dict, load_seccomp, extra_paths: tuple | list, threads_filter=None
+        self, uids: tuple, layers: dict, load_seccomp, extra_paths: tuple | list, stacked=(None, None)
     ):
         self.sock, child = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
         status_r, status_w = os.pipe()
@@ -190,7 +190,7 @@ class Spawner:
                     warm_root()  # before seccomp, which refuses fadvise
                 if load_seccomp is not None:
                     load_seccomp()  # inherited by every candidate
-                    set_threads_filter(threads_filter)
+                    set_filters(*stacked)  # the candidate's and the stdin/stdout case's own filters
                 report["layers"] = layers
                 write_all(status_w, json.dumps(report).encode())
                 os.close(status_w)
