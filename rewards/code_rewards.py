@@ -35,6 +35,9 @@ Scoring rules:
 
 from __future__ import annotations
 
+import ast
+import builtins
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -52,7 +55,7 @@ from sandbox.formats import (
     task_for,
 )
 
-from .extraction import Extraction, completion_text, extract_code, has_implemented_function
+from .extraction import Extraction, code_in_prompt, completion_text, extract_code, has_implemented_function
 from .metrics import FORGED_EXIT_FLAGS, batch_metrics, emit, status_name
 
 __all__ = [
@@ -109,6 +112,32 @@ def _workers_per_local_process() -> int | None:
         return None
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, cpus // local_world)
+
+
+@functools.lru_cache(maxsize=1024)  # RL batches repeat each row's tests many times
+def prompt_helpers(test: Any, entry_point: Any) -> tuple[str, ...]:
+    """The names the tests call or read without defining, importing or receiving them, other than builtins and
+    the entry point: helpers the prompt's code defines (HumanEval/32's ``poly``, /38's ``encode_cyclic``,
+    /50's ``encode_shift``). Empty for tests that do not parse (the sandbox reports those)."""
+    if not isinstance(test, str):
+        return ()
+    try:
+        tree = ast.parse(test)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ()
+    read, bound = set(), set(dir(builtins)) | {entry_point, "__name__", "__file__"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return tuple(sorted(read - bound))
 
 
 def _has_test(test: Any) -> bool:
@@ -206,9 +235,24 @@ class CodeReward:
         return (row["test"], row["entry_point"]) if _has_test(row["test"]) else None
 
     def _code_prompt(self, row: dict[str, Any], prompt: Any) -> str | None:
-        # A text prompt (completion style) is the code prompt when no code_prompt column is given.
+        """The code prompt: the ``code_prompt`` column; without one, a text prompt (completion style), or the
+        code a chat prompt shows (``code_in_prompt``). Where there is none and the tests call a helper that
+        only the prompt's code could define (HumanEval/32's ``poly``), ValueError: the tests would call the
+        completion's own version (a false pass), and an honest completion could not pass at all."""
         cp = row["code_prompt"] if row["code_prompt"] is not None else prompt
-        return cp if isinstance(cp, str) else None
+        if isinstance(cp, str):
+            return cp
+        entry_point = row.get("entry_point")
+        cp = code_in_prompt(cp, entry_point)
+        if cp is None and entry_point and self.needs_sandbox:  # plain asserts call the program's functions
+            helpers = prompt_helpers(row.get("test"), entry_point)
+            if helpers:
+                raise ValueError(
+                    f"the tests call {', '.join(helpers)}, which the prompt's code defines, but the dataset has "
+                    f"no code_prompt column and the prompt shows no code defining {entry_point}: add a "
+                    "code_prompt column holding the prompt's code"
+                )
+        return cp
 
     def _entry_point(self, tests: Any) -> str | None:
         """The function extraction looks for (None: any code block is the whole program)."""
@@ -248,7 +292,10 @@ class CodeReward:
             if tests is None:
                 batch.extractions.append(None)
                 continue
-            cp = self._code_prompt(row, prompts_l[i])
+            try:
+                cp = self._code_prompt(row, prompts_l[i])
+            except ValueError as e:
+                raise ValueError(f"{self.__name__}, row {i}: {e}") from None
             ex = extract_code(cp, completion, self._entry_point(tests), style=self.style)
             batch.extractions.append(ex)
             if ex.ok and self.needs_sandbox:

@@ -19,6 +19,7 @@ import enum
 import json
 import logging
 import os
+import re
 import selectors
 import socket
 import struct
@@ -56,6 +57,7 @@ GRACE = 10.0  # seconds a zygote may take beyond a task's timeout before it is d
 START_TIMEOUT = 60.0  # seconds for a zygote to build its root, run the probe and say hello
 START_FAILURES = 3  # consecutive failed starts after which a worker slot is given up
 DISABLE = frozenset({"netns", "userns", "seccomp"})  # layers tests may switch off; never the uid drop
+CHECK_FUNCTION = re.compile(r"^def[ \t]+check[ \t]*\(", re.MULTILINE)  # HumanEval's check(candidate)
 
 
 def default_uid_base() -> int:
@@ -795,12 +797,13 @@ class Sandbox:
         """The task dict for a zygote, or a Result when the input is refused before dispatch."""
         if mode not in ("auto", "rpc", "exec"):
             raise ValueError(f"mode must be 'auto', 'rpc' or 'exec', not {mode!r}")
-        if mode == "auto":
-            mode = "rpc" if entry_point else "exec"
+        if mode == "auto":  # the strictest mode, whatever columns the dataset has: exec only when asked for
+            mode = "rpc"
         if entry_point is not None and not (isinstance(entry_point, str) and entry_point.isidentifier()):
             return Result.of(Status.INVALID_INPUT, f"entry_point {entry_point!r} is not an identifier")
-        if mode == "rpc" and not entry_point and "def check" in (tests or ""):
-            raise ValueError("mode='rpc' with a check() function needs an entry_point")
+        if not entry_point and isinstance(tests, str) and CHECK_FUNCTION.search(tests):
+            # Without one, nothing would call check() and any program would pass.
+            raise ValueError("tests that define check(candidate) need an entry_point: the function to check")
         texts = (("program", program), ("tests", tests or ""))
         if trusted_code is not None:
             texts += (("trusted_code", trusted_code),)
@@ -963,9 +966,10 @@ class Sandbox:
     ) -> Result:
         """Run ``program`` against ``tests``.
 
-        mode "rpc": the tests run in the worker and call ``entry_point`` across processes; "exec": program,
-        tests and ``check(entry_point)`` in one process, verdict by nonce; "auto": rpc when an entry_point is
-        given. ``trusted_code`` (the dataset prompt) is executed on the trusted side into the tests'
+        mode "rpc": the tests run in the worker and call ``entry_point`` (and, in plain asserts, any function
+        of the program) across processes; "exec": program, tests and ``check(entry_point)`` in one process,
+        verdict by nonce (for tests that cannot cross a process boundary); "auto": rpc, with or without an
+        entry_point (tests that define ``check`` need one: ValueError). ``trusted_code`` (the dataset prompt) is executed on the trusted side into the tests'
         namespace: the tests see its definitions (helpers such as HumanEval's ``poly``), never the program's
         redefinitions of them; the entry point, and names it does not define, are the program's."""
         return self.submit(

@@ -13,6 +13,7 @@ import os
 import select
 import signal
 import struct
+import sys
 import time
 from typing import TYPE_CHECKING  # typing is pre-imported for the candidates anyway
 
@@ -300,17 +301,48 @@ class RemoteFunction:
 
 class RemoteNames(dict):
     """The tests' builtins: a name that neither the trusted code nor the tests define resolves to the
-    candidate's function of that name, as in prompt + completion + test."""
+    candidate's function of that name, as in prompt + completion + test. A standard-library module's name
+    that the program does not define itself (plain asserts such as MBPP's ``math.isclose(f(x), y)`` lean on
+    the program's ``import math``) is that module, imported here."""
 
-    def __init__(self, run: Run, verdict: Verdict):
+    def __init__(self, run: Run, verdict: Verdict, program: str = ""):
         super().__init__(vars(builtins))
-        self.run, self.verdict = run, verdict
+        self.run, self.verdict, self.program = run, verdict, program
+        self.program_names: set[str] | None = None
 
     def __missing__(self, name):
         if name.startswith("__"):
             raise KeyError(name)
+        if name in sys.stdlib_module_names and name not in self.defined():
+            try:
+                self[name] = __import__(name)
+                return self[name]
+            except ImportError:
+                pass
         self[name] = RemoteFunction(name, self.run, self.verdict)
         return self[name]
+
+    def defined(self) -> set[str]:
+        """Names the program binds at its top level other than by an import (parsed once, run never)."""
+        if self.program_names is None:
+            import ast
+
+            try:
+                tree = ast.parse(self.program)
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                tree = ast.Module([], [])
+            names = set()
+            for stmt in tree.body:
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    names.add(stmt.name)
+                elif not isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                    names.update(
+                        n.id
+                        for n in ast.walk(stmt)
+                        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+                    )
+            self.program_names = names
+        return self.program_names
 
 
 class Units:
@@ -552,7 +584,7 @@ def judge_rpc(run: Run, task: dict, verdict: Verdict) -> tuple[str, str]:
     if reply != ["ok"]:
         return load_failure(reply, verdict)
     units = verdict.units = Units(total)
-    ns = {"__name__": "__main__", "__builtins__": RemoteNames(run, verdict)}  # the tests run as a script
+    ns = {"__name__": "__main__", "__builtins__": RemoteNames(run, verdict, task["program"])}  # as a script
     entry = task["entry_point"]
     if trusted is not None:
         # The dataset prompt's own definitions (helpers such as HumanEval's poly), executed here: a completion
