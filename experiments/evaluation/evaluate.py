@@ -320,12 +320,14 @@ def stop_generation_at_code_end(trainer: Any, style: str = "completion") -> None
 
         model.generate = generate
         try:
-            completion_ids, *rest = original(prompt_ids, *args, **kwargs)
+            out = original(prompt_ids, *args, **kwargs)
         finally:
             if previous is None:
                 model.__dict__.pop("generate", None)
             else:
                 model.generate = previous
+        # GRPOTrainer returns (completion ids, log-probs), RLOOTrainer the completion ids alone.
+        completion_ids, rest = (out[0], out[1:]) if isinstance(out, tuple) else (out, None)
         ended = list(stop.ended) if stop.ended else [False] * len(completion_ids)
         if getattr(trainer, "use_transformers_continuous_batching", False):
             group = max(len(completion_ids) // max(len(prompt_ids), 1), 1)
@@ -340,7 +342,7 @@ def stop_generation_at_code_end(trainer: Any, style: str = "completion") -> None
             completion_ids = [ids for ids, _ in cut]
             ended = [flag for _, flag in cut]
         _record_completion_ends(trainer, completion_ids, ended, eos_ids)
-        return (completion_ids, *rest)
+        return completion_ids if rest is None else (completion_ids, *rest)
 
     trainer._generate_single_turn = generate_single_turn
 

@@ -120,14 +120,18 @@ def p_floor(n_bootstrap: int) -> float:
     return 2 / (n_bootstrap + 1)
 
 
-def minimum_detectable_effect(replicates: np.ndarray, tests: int) -> float:
+def minimum_detectable_effect(replicates: np.ndarray, tests: int) -> float | None:
     """The smallest true difference a two-sided test at alpha / `tests` (Bonferroni over its family, the strictest
     step of Holm) detects with probability MDE_POWER, for the spread these bootstrap replicates of the difference
-    show (normal approximation): what a "no difference shown" could have missed."""
+    show (normal approximation): what a "no difference shown" could have missed. None when the replicates do not
+    vary (no problem's value differs between the two sides): the spread then says nothing about power. With only a
+    few problems that differ, the bootstrap's spread understates the error, and so does this."""
     from statistics import NormalDist
 
     z = NormalDist().inv_cdf
     se = float(np.std(replicates, ddof=1))
+    if se == 0:
+        return None
     return (z(1 - ALPHA / (2 * max(1, tests))) + z(MDE_POWER)) * se
 
 

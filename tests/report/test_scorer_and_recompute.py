@@ -14,7 +14,7 @@ from experiments.evaluation.scorer import check_same_scorer, scorer_stamp, score
 from experiments.evaluation.stats import EvalResult, ProblemResult, summarize
 from experiments.report import CURVES, build_report, render_markdown
 from experiments.report.analysis import minimum_detectable_effect, p_floor
-from experiments.report.markdown import _fmt_p
+from experiments.report.markdown import _fmt_mde, _fmt_p
 from rewards.extraction import EXTRACTION_VERSION
 from sandbox import SANDBOX_VERSION
 
@@ -111,6 +111,12 @@ def test_the_minimum_detectable_effect_is_the_power_calculation_on_the_replicate
     reps = np.random.default_rng(0).normal(0.0, 0.02, 200_000)
     assert minimum_detectable_effect(reps, 1) == pytest.approx((1.959964 + 0.841621) * 0.02, rel=5e-3)
     assert minimum_detectable_effect(reps, 3) == pytest.approx((2.393980 + 0.841621) * 0.02, rel=5e-3)
+    # No problem differs: the replicates do not vary, and say nothing about power (not "0 pp").
+    assert minimum_detectable_effect(np.zeros(1000), 3) is None
+    assert (
+        _fmt_mde("pass@1", None) == "; smallest effect detectable: not estimable (no problem's value differs)"
+    )
+    assert _fmt_mde("pass@1", 0.0842) == "; smallest effect detectable (80% power): 8.4 pp"
 
 
 def test_p_values_at_the_bootstraps_floor_print_as_bounds() -> None:
