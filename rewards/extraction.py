@@ -77,8 +77,9 @@ EXTRACT_FAILURE_REASONS: tuple[str, ...] = (
 
 # Bumped whenever a change here can change what some completion is read as (and so its verdict); stamped in every
 # evaluation record. 1: before EXTRACT_RULES; 2: EXTRACT_RULES (7c28ff2); 3: a prompt without its final newline
-# (f524e3f); 4: an indented body followed by flush-left code (00c00ec).
-EXTRACTION_VERSION = 4
+# (f524e3f); 4: an indented body followed by flush-left code (00c00ec); 5: a top-level sys.setrecursionlimit(...)
+# or sys.set_int_max_str_digits(...) call is kept (issue 51; committed in c04a8dc without its bump).
+EXTRACTION_VERSION = 5
 
 # The rules for what instruct models write (the module docstring says where each comes from).
 EXTRACT_RULES: tuple[str, ...] = ("closing_fence", "open_fence", "own_tests")

@@ -44,8 +44,10 @@ __all__ = [
 ]
 
 # Bumped whenever a change to the sandbox can change a program's verdict; stamped in every evaluation record.
-# 2: sandbox v2; 3: sandbox v3 (e0dedbe: float_tol for real-valued tokens only, the new seccomp rules).
-SANDBOX_VERSION = 3
+# 2: sandbox v2; 3: sandbox v3 (e0dedbe: float_tol for real-valued tokens only, the new seccomp rules); 4: sandbox
+# v4 (issue 51: plain asserts in rpc mode, stdin a regular file, open files flushed at exit, the program is
+# __main__, the output cap fits the expected output, numpy scalars cross as numbers, new seccomp rules).
+SANDBOX_VERSION = 4
 
 # Status of a whole task (``sandbox.Status`` is the enum of these).
 STATUSES = (

@@ -12,6 +12,7 @@ import resource
 import signal
 import struct
 import sys
+from _io import _IOBase
 from typing import TYPE_CHECKING  # typing is pre-imported for the candidates anyway
 
 from .base import (
@@ -74,8 +75,13 @@ CASE_TASKS = 16
 CASE_THREADS_FILTER = None  # the threads filter, once the spawner has seccomp (set_filters)
 CANDIDATE_FILTER = None  # the filter each rpc/exec candidate stacks (pidfds, shared futexes), likewise
 # The stdin/stdout case server runs no program code (it compiles it and forks the cases): it keeps the
-# privileges and the process limit the case set-up needs, and takes the rest.
-SERVER_RLIMITS = tuple((lim, value) for lim, value in CANDIDATE_RLIMITS if lim != resource.RLIMIT_NPROC)
+# privileges, the process limit and the file size the case set-up needs (a case writes its whole input to a
+# file before its own limits), and takes the rest.
+SERVER_RLIMITS = tuple(
+    (lim, value)
+    for lim, value in CANDIDATE_RLIMITS
+    if lim not in (resource.RLIMIT_NPROC, resource.RLIMIT_FSIZE)
+)
 PROC_OPTIONS = "subset=pid,hidepid=invisible"  # a candidate's /proc: its own processes only, no host counters
 
 
@@ -108,12 +114,50 @@ def drop_capabilities():
     _check(libc.capset(ctypes.byref(CapHeader(0x20080522, 0)), data), "capset")
 
 
+def stdin_as_file(uid: int | None) -> None:
+    """A stdin/stdout case's fd 0, the pipe the judge streams its input into, becomes a read-only regular file
+    holding all of it, as under ``python program.py < input``: ``os.fstat(0).st_size`` is the input's size (the
+    fast-input idiom ``os.read(0, os.fstat(0).st_size)`` reads it whole), and it can be seeked and mapped. The
+    file is unnamed (O_TMPFILE) in the case's own /tmp, whose size it counts against, and the case's uid's
+    (``/dev/stdin`` opens). Where the scratch directory cannot hold an unnamed file, stdin stays the pipe."""
+    try:
+        fd = os.open(".", os.O_TMPFILE | os.O_RDWR, 0o400)
+    except OSError:
+        return
+    while chunk := os.read(0, 1 << 20):
+        write_all(fd, chunk)
+    if uid is not None:
+        os.fchown(fd, uid, uid)
+    try:
+        reader = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+    except OSError:  # no /proc: the file stays open for writing too (its own, dropped with the case)
+        os.lseek(fd, 0, os.SEEK_SET)
+        reader = os.dup(fd)
+    os.dup2(reader, 0)
+    os.close(reader)
+    os.close(fd)
+    # sys.stdin was made for the zygote's fd 0 (a pipe) and remembers that it cannot seek: made again, as the
+    # interpreter makes it (newline "\n": no translation on POSIX).
+    import io
+
+    old = sys.stdin
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
+        open(0, "rb", closefd=False),
+        encoding=old.encoding,
+        errors=old.errors,
+        newline="\n",
+        line_buffering=old.line_buffering,
+    )
+
+
 def candidate_setup(
     fds: tuple[int, ...], uid: int | None, layers: dict, scratch_opts: str, threads: bool = False
 ) -> None:
     """Everything that does not depend on the task, done before the task arrives (pre-forked). Kept to few
     Python operations: every page a forked child writes is a copy-on-write fault. With ``threads`` (a
-    stdin/stdout case), up to CASE_TASKS threads, where the uid and the seccomp filter allow them."""
+    stdin/stdout case), up to CASE_TASKS threads, where the uid and the seccomp filter allow them, and stdin a
+    file (``stdin_as_file``)."""
+    stdin_file = threads
     threads = threads and uid is not None and CASE_THREADS_FILTER is not None
     set_name(b"passk-candidate")
     if layers["private_ns"]:
@@ -139,6 +183,8 @@ def candidate_setup(
         )  # the sources are above every target (>= RESERVED_FDS, or the case server's pipes)
     os.closerange(len(fds), MAX_FD)
     os.chdir(layers["scratch"])  # tempfile finds it too: it is /tmp
+    if stdin_file:  # before RLIMIT_FSIZE: an input may be larger (it is bounded by the scratch tmpfs)
+        stdin_as_file(uid)
     for lim, value in CANDIDATE_RLIMITS:
         if threads and lim == resource.RLIMIT_NPROC:
             value = CASE_TASKS
@@ -374,10 +420,15 @@ def case_server(fds: tuple[int, ...], uid: int | None, layers: dict, scratch_opt
 
 def run_program(code) -> None:
     """A stdin/stdout case: run the program as ``python program.py < input`` would, and exit with its status
-    (SystemExit's code, 1 after an uncaught exception, 120 when its output cannot be flushed)."""
+    (SystemExit's code, 1 after an uncaught exception, 120 when its output cannot be flushed). The program is
+    the module ``sys.modules["__main__"]`` (pickle finds its classes), and at its end every file object still
+    open is flushed, as the interpreter's finalization does when it frees them (``flush_open_files``)."""
     status = 0
+    main = type(sys)("__main__")
     # __file__ as Python 3.9+ sets it for a script: absolute, in the working directory (the scratch /tmp).
-    script = {"__name__": "__main__", "__file__": os.path.abspath("program.py"), "__builtins__": builtins}
+    main.__file__, main.__builtins__ = os.path.abspath("program.py"), builtins
+    sys.modules["__main__"] = main
+    script = main.__dict__
     try:
         exec(code, script)
     except SystemExit as e:
@@ -406,4 +457,23 @@ def run_program(code) -> None:
             stream.flush()
         except BaseException:
             status = status or 120
+    flush_open_files()
     os._exit(status)
+
+
+def flush_open_files() -> None:
+    """Flush every file object the program left open (an unclosed ``open(1, "w")``, a ``BufferedWriter`` on
+    stdout's fd), as the interpreter does when its finalization frees them: their errors are ignored, as
+    there. Found among the objects the collector tracks (file objects are; the zygote's own are frozen)."""
+    import gc
+
+    try:
+        files = [obj for obj in gc.get_objects() if isinstance(obj, _IOBase)]
+    except MemoryError:
+        return
+    for f in files:
+        try:
+            if not f.closed:
+                f.flush()
+        except BaseException:
+            pass

@@ -22,6 +22,7 @@ except ImportError:  # imported as sandbox._zygote (tests)
 CASE_CHUNK = 1 << 16  # bytes of a stdin/stdout case's input written per wake-up (one pipe buffer)
 CASE_SHOWN = 4096  # bytes of a failing case's stdout and stderr kept in the result
 PENDING_OUTPUT = 64 << 20  # bytes of stdin/stdout case outputs the judge holds before comparing them
+CAP_FACTOR = 2  # a case's output cap is at least this many times its expected output's size (``case_cap``)
 
 
 # ---- stdin/stdout tasks ----------------------------------------------------------------------------------
@@ -76,7 +77,8 @@ def judge_stdio(run: Run, task: dict, verdict: Verdict) -> tuple[str, str]:
             out_of_time = True
             break
         deadline = min(now + task["timeout"], run.deadline)
-        ended, status, out, err = run_case(run, cases[i][0].encode(), deadline)
+        cap = case_cap(run.cap, cases[i][1])
+        ended, status, out, err = run_case(run, cases[i][0].encode(), deadline, cap=cap)
         pending.append((i, ended, status, out, err))
         held += len(out) + len(err)
         if ended == "timeout" and deadline == run.deadline:
@@ -104,10 +106,21 @@ def judge_stdio(run: Run, task: dict, verdict: Verdict) -> tuple[str, str]:
     return status, f"case {i + 1} of {n}: {verdicts[i]}: {reasons[i]}; {passed}/{n} passed"
 
 
-def run_case(run: Run, data: bytes, deadline: float) -> tuple[str, int, bytearray, bytearray]:
+def case_cap(cap: int, want: str) -> int:
+    """A case's output cap: the task's, or more when the expected output needs it, so that a correct answer
+    is never cut: twice its size (room for the spacing a comparison forgives), at most what one comparison
+    reads (``verdicts.MAX_COMPARE_BYTES``)."""
+    return max(cap, min(CAP_FACTOR * len(want.encode()), verdicts.MAX_COMPARE_BYTES))
+
+
+def run_case(
+    run: Run, data: bytes, deadline: float, cap: int | None = None
+) -> tuple[str, int, bytearray, bytearray]:
     """One case: the case server forks a fresh case process; its input is written here, its stdout and
-    stderr read here (capped), and it is SIGKILLed at ``deadline``. Returns (how it ended: "exited",
-    "timeout" or "output_limit"; its wait status; stdout; stderr)."""
+    stderr read here (at most ``cap`` bytes together, by default the task's), and it is SIGKILLed at
+    ``deadline``. Returns (how it ended: "exited", "timeout" or "output_limit"; its wait status; stdout;
+    stderr)."""
+    cap = run.cap if cap is None else cap
     control = run.control
     try:
         control.send(b"c")
@@ -172,7 +185,7 @@ def run_case(run: Run, data: bytes, deadline: float) -> tuple[str, int, bytearra
                         poller.unregister(fd)
                     elif ended == "exited":
                         (out if fd == out_r else err).extend(chunk)
-                        if len(out) + len(err) > run.cap:
+                        if len(out) + len(err) > cap:
                             ended = "output_limit"
                             kill_case(pidfd)
                 elif fd == OWNER_IN:
@@ -206,7 +219,7 @@ def case_verdict(
         return ended, (
             "wall-clock time limit exceeded"
             if ended == "timeout"
-            else f"output exceeded {task['max_output']} bytes"
+            else f"output exceeded {case_cap(task['max_output'], want.decode())} bytes"
         )
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXCPU:
         return "timeout", "CPU time limit exceeded"

