@@ -669,6 +669,7 @@ def test_the_experiment_defaults_are_the_documented_ones():
         "prompts_per_epoch": 0,
         "model_generation_config": False,
         "reward_funcs": ["unit_test"],
+        "stop_at_code_end": True,
         "reward_timeout": 3.0,
         "reward_memory_mb": 1024,
         "reward_stdio_tests": "hidden",
