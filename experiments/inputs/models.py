@@ -28,7 +28,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -641,3 +641,43 @@ def eval_generation_kwargs(read: dict[str, Any] | None) -> dict[str, Any]:
     if not read:
         return {}
     return {key: read[key] for key in MODEL_SAMPLING_KEYS if read[key] is not None}
+
+
+# ------------------------------------------------------------------------------------------- precision
+
+# Significand bits (the implicit one included) of the low-precision float dtypes a config may train weights in.
+_SIGNIFICAND_BITS = {"bfloat16": 8, "float16": 11}
+TYPICAL_WEIGHT = 0.02  # the init std of Qwen2 / Llama linear weights; most trained weights are near it
+
+
+def low_precision_step_problem(
+    model_init_kwargs: Mapping[str, Any] | None, learning_rate: float, *, use_peft: bool
+) -> str | None:
+    """Why full fine-tuning with these settings would not move the weights, in one line naming the fix, or None.
+
+    `model_init_kwargs: {dtype: bfloat16}` (or float16) makes the optimizer step the low-precision weights
+    themselves (no float32 master copy). AdamW's first steps change each weight by about `learning_rate`; a change
+    below half the dtype's spacing at the weight's magnitude rounds away. At `TYPICAL_WEIGHT` (0.02) bfloat16's
+    spacing is 2^-13 = 1.2e-4, so any learning rate below 6.1e-5 leaves most weights where they were (the seed's
+    1e-6 changes about 2% of N(0, 0.02) weights). float32 weights (TRL's default when no dtype is given) with
+    `bf16: true` keep float32 master weights and compute in bfloat16. LoRA trains float32 adapters (peft upcasts
+    them), so `use_peft` is never refused. A dtype of "auto" (the checkpoint's) is not judged here.
+    """
+    import math
+
+    if use_peft or not isinstance(model_init_kwargs, Mapping):
+        return None
+    dtype = model_init_kwargs.get("dtype", model_init_kwargs.get("torch_dtype"))
+    name = str(dtype).removeprefix("torch.") if dtype is not None else ""
+    bits = _SIGNIFICAND_BITS.get(name)
+    if bits is None or not learning_rate:
+        return None
+    half_spacing = 2.0 ** (math.floor(math.log2(TYPICAL_WEIGHT)) - bits)
+    if learning_rate >= half_spacing:
+        return None
+    return (
+        f"model_init_kwargs: dtype {name} trains {name} weights, and a step of about learning_rate "
+        f"({learning_rate:g}) is below half their spacing near {TYPICAL_WEIGHT} ({half_spacing:.1e}), so it rounds "
+        f"away; drop the dtype (or set float32) to keep float32 master weights (bf16: true still computes in "
+        f"bfloat16), train LoRA (use_peft true), or use a learning_rate of at least {half_spacing:.1e}"
+    )

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from experiments.errors import ConfigError
-from experiments.inputs.models import MODEL_SAMPLING_KEYS
+from experiments.inputs.models import MODEL_SAMPLING_KEYS, low_precision_step_problem
 from experiments.inputs.reward_funcs import BUILTIN_REWARDS
 
 if TYPE_CHECKING:
@@ -312,6 +312,11 @@ def validate(exp: ExperimentArgs, cfg: Any, *, world_size: int | None = None) ->
             f"(TRL would train 0 steps)"
         )
     _check_run_length(cfg)
+    precision = low_precision_step_problem(
+        getattr(cfg, "model_init_kwargs", None), cfg.learning_rate, use_peft=exp.use_peft
+    )
+    if precision:
+        raise ConfigError(precision)
     if (
         exp.stop_at_code_end
         and getattr(cfg, "use_vllm", False)
