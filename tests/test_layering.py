@@ -144,6 +144,7 @@ def test_dependencies_flow_from_sandbox_to_rewards_to_experiments(module: str) -
     [
         ("experiments.learnable.tasks", set()),
         ("experiments.evaluation.stats", set()),
+        ("experiments.evaluation.scorer", set()),
         ("experiments.inputs.data", {"experiments", "experiments.errors", "experiments.learnable.tasks"}),
         (
             "experiments.evaluation.evaluate",
@@ -152,6 +153,7 @@ def test_dependencies_flow_from_sandbox_to_rewards_to_experiments(module: str) -
                 "experiments.errors",
                 "experiments.inputs.data",
                 "experiments.learnable.tasks",
+                "experiments.evaluation.scorer",
                 "experiments.evaluation.stats",
             },
         ),

@@ -51,6 +51,13 @@ What it reports:
   `frac_reward_zero_std` plot (measured after its KL penalty, `zero_std_after_kl`), and a run that does not log
   a curve's key is named under that plot.
 
+Beside report.md it writes counts.json (`experiments.report.counts`): each run's per-problem counts, compact, from
+which `runs_from_counts` rebuilds run directories that give every table but the training curves. It refuses, in
+one line, runs whose evaluations were scored by different extraction rules or sandboxes (each eval's `scorer`
+stamp, else the run directory's `scorer.json`; `experiments.evaluation.scorer`), and says which scored them. Beside
+each null verdict it prints the minimum detectable effect (80% power), and a p-value at the bootstrap's floor as
+"< floor".
+
 A metric or file that is missing is skipped and named in the report's "Skipped" section instead of failing.
 The output depends only on the inputs: no timestamps, fixed bootstrap seeds, fixed plot metadata, and paths
 written relative to `out_dir`.
@@ -64,6 +71,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from experiments.report.analysis import CURVES, build_report
+from experiments.report.counts import counts_record, runs_from_counts
 from experiments.report.markdown import console_table, render_markdown
 from experiments.report.plots import plot_comparisons, plot_coverage, plot_curve, plot_passk
 from experiments.report.runs import Run, fresh_prompts_at, load_run, zero_std_after_kl
@@ -76,6 +84,7 @@ __all__ = [
     "fresh_prompts_at",
     "load_run",
     "render_markdown",
+    "runs_from_counts",
     "write_report",
     "zero_std_after_kl",
 ]
@@ -106,6 +115,9 @@ def write_report(
         plots[stem] = f"{stem}.png"
     report["plots"] = plots
     (out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    # The per-problem counts behind every table, so that the report can be recomputed without the run directories.
+    counts = counts_record([load_run(d) for d in run_dirs], out)
+    (out / "counts.json").write_text(json.dumps(counts, sort_keys=True, separators=(",", ":")) + "\n")
     md = out / "report.md"
     md.write_text(render_markdown(report))
     return md

@@ -199,3 +199,32 @@ def test_a_bench_learning_run_gives_the_report_every_setting_it_prints_and_its_c
     counts = bench._score_dict(score)
     assert counts["per_problem"]["t0"] == [4, 3, 1] and len(counts["per_problem"]) == len(TASKS)
     assert counts["scorer"] == scorer_stamp()
+
+
+def test_the_committed_smollm2_report_is_rebuilt_from_its_counts_json_alone_with_the_same_tables(
+    tmp_path: Path,
+) -> None:
+    """counts.json (written by write_report beside report.md) holds each run's per-problem counts: the run
+    directories it gives back yield every table of the committed report.json but the training curves."""
+    from experiments.report import runs_from_counts
+
+    committed = json.loads((SMOLLM2 / "report.json").read_text())
+    report = json.loads(
+        json.dumps(build_report(runs_from_counts(SMOLLM2 / "counts.json", tmp_path), tmp_path))
+    )
+    for key in ("verdict", "setup", "comparisons", "coverage", "from_start", "headline_k", "bootstrap"):
+        assert report[key] == committed[key], key
+    for got, want in zip(report["methods"], committed["methods"], strict=True):
+        assert {k: v for k, v in got.items() if k != "runs"} == {k: v for k, v in want.items() if k != "runs"}
+    assert report["curves"] == {}  # trainer_state.json is not in counts.json
+
+
+def test_write_report_writes_counts_json_that_gives_back_the_same_report(tmp_path: Path) -> None:
+    from experiments.report import runs_from_counts, write_report
+
+    dirs = [_run(tmp_path / "runs" / m, m, scorer_stamp(), [c] * len(TASKS)) for m, c in (("a", 4), ("b", 1))]
+    write_report(dirs, tmp_path / "report")
+    written = json.loads((tmp_path / "report" / "report.json").read_text())
+    again = build_report(runs_from_counts(tmp_path / "report" / "counts.json", tmp_path / "back"), tmp_path)
+    assert json.loads(json.dumps(again))["comparisons"] == written["comparisons"]
+    assert json.loads(json.dumps(again))["verdict"] == written["verdict"]
