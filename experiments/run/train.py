@@ -491,7 +491,6 @@ def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunL
     # Everything that can fail on a bad value, before any model is loaded.
     spec = method_spec(exp.method or "")
     train_rows, eval_rows = build_datasets(DataSpec.from_config(exp))
-    train_rows = scheduled_rows(exp, train_rows, cfg.seed)
     reward_funcs = build_reward_funcs(RewardSpec.from_config(exp), problem_kind(train_rows.column_names))
     peft_config = lora_config(exp)
 
@@ -508,6 +507,15 @@ def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunL
         print(f"passk: resuming from {resume_from} (step {_checkpoint_step(resume_from)})", flush=True)
     sampling = apply_model_sampling(exp, cfg, model_path)
     eval_gen = sampling["eval"]
+    screen = None  # training problems kept by the starting model's pass rate (experiments.inputs.screening)
+    if exp.screen_n:
+        from experiments.inputs.screening import screen_training_rows
+
+        resumed = bool(resume_from)
+        train_rows, screen = screen_training_rows(
+            exp, cfg, model_path, train_rows, out, state, resume=resumed
+        )
+    train_rows = scheduled_rows(exp, train_rows, cfg.seed)
     logger.info(
         "method=%s model=%s train=%d eval=%d max_steps=%d out=%s",
         exp.method,
@@ -643,6 +651,7 @@ def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunL
             state.num_processes,
         )
         record.update(run_budget_record(exp, cfg, trainer, samples, state.num_processes, sampling))
+        record["screen"] = screen
         write_json(out / "run.json", record)
     state.wait_for_everyone()
     return out

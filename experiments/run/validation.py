@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from experiments.errors import ConfigError
 from experiments.inputs.models import MODEL_SAMPLING_KEYS, low_precision_step_problem
 from experiments.inputs.reward_funcs import BUILTIN_REWARDS
+from experiments.inputs.screening import check_screen_options
 
 if TYPE_CHECKING:
     from experiments.run.config import ExperimentArgs
@@ -317,6 +318,7 @@ def validate(exp: ExperimentArgs, cfg: Any, *, world_size: int | None = None) ->
     )
     if precision:
         raise ConfigError(precision)
+    check_screen_options(exp.screen_n, exp.screen_band)
     if (
         exp.stop_at_code_end
         and getattr(cfg, "use_vllm", False)

@@ -670,6 +670,8 @@ def test_the_experiment_defaults_are_the_documented_ones():
         "model_generation_config": False,
         "reward_funcs": ["unit_test"],
         "stop_at_code_end": True,
+        "screen_n": 0,
+        "screen_band": [0.1, 0.9],
         "reward_timeout": 3.0,
         "reward_memory_mb": 1024,
         "reward_stdio_tests": "hidden",
