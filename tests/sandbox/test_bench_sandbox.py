@@ -58,3 +58,22 @@ def test_bench_sandbox_figures_add_up(tmp_path: Path) -> None:
     assert abs(one["cow_faults_ms_estimate"] - at_price) < 0.02
     assert "a copy-on-write page fault:" in proc.stdout
     assert "the fork floor" in proc.stdout and "a one-assert task: our CPU" in proc.stdout
+
+
+def test_bench_sandbox_measures_the_dentry_channel(tmp_path: Path) -> None:
+    """--dentry-names: the figures docs/sandbox.md quotes for the negative-dentry channel are read and recorded
+    (their values are the host's: not checked)."""
+    out = tmp_path / "dentry.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bench_sandbox.py"), "--dentry-names", "200"]
+        + ["--dentry-runs", "1", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads(out.read_text())
+    run = record["runs"][0]
+    assert run["hit_ns_median"] > 0 and run["miss_ns_median"] > 0 and 0 <= run["bit_error_rate"] <= 0.5
+    assert record["median"] == run and record["kbit_per_s"] > 0
+    assert "kbit/s between pools" in proc.stdout
