@@ -544,13 +544,30 @@ def _verdict(
 ) -> list[dict]:
     """The report's summary, per headline metric (greedy pass@1, pass@1, pass@k): the best method after training,
     the methods not significantly below it (Holm, the between-methods tests), those that are, and the starting
-    model's value; with one method, its change from the start."""
+    model's value; with one method, its change from the start. Where no run and not the starting model solved a
+    problem (every value 0), there is nothing to rank: `none_solved`, and no best."""
     out = []
     for name in RATE_METRICS[:2] + ((f"pass@{k}",) if k else ()):
         starts = [e["before"][name]["value"] for e in methods if name in e["before"]]
         start = [min(starts), max(starts)] if starts else None
         comp = comparisons.get(name)
-        if comp is not None:
+        afters = (
+            [r["value"] for r in comp["ranking"]]
+            if comp is not None
+            else [e["after"][name]["value"] for e in methods if name in e["after"]]
+        )
+        if (comp is not None or len(methods) == 1) and afters and not any(afters) and not any(starts):
+            out.append(
+                {
+                    "metric": name,
+                    "problems": comp["problems"] if comp is not None else methods[0]["num_problems"],
+                    "best": None,
+                    "none_solved": True,
+                    "methods": [e["method"] for e in methods if name in e["after"]],
+                    "start": start,
+                }
+            )
+        elif comp is not None:
             best = max(comp["ranking"], key=lambda r: r["value"])
             below = {p["worse"] for p in comp["pairs"] if p["better"] == best["method"] and p["significant"]}
             out.append(
@@ -700,6 +717,8 @@ def _run_row(run: Run, out_dir: str | os.PathLike) -> dict[str, Any]:
         "model": run.model,
         **{key: budget.get(key) for key in ("fresh_prompts", "fresh_completions", "tokens_generated")},
         "optimizer_steps": budget.get("optimizer_steps"),
+        # the share of training completions the token cap cut (stop_at_code_end's `completions/cut_by_cap_frac`)
+        "cut_by_cap_frac": _mean(_series(run.log_history or [], "completions/cut_by_cap_frac")[1]),
         "wall_time_s": run.wall_time_s,
         "train_tokens_per_s": run.tokens_per_s,
         "eval_n": ev.get("n"),

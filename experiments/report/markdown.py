@@ -167,7 +167,19 @@ def _verdict_section(report: Mapping[str, Any]) -> list[str]:
         head = (
             f"- **{_label(name)}** ({_fmt_num(v['problems'], 'd')} problems; before training {start_text}): "
         )
-        if "not_below_best" in v:
+        if v.get("none_solved"):
+            ran = "the method" if len(v["methods"]) == 1 else f"any of the {len(v['methods'])} methods"
+            text = (
+                f"no problem solved by {ran}, "
+                + (
+                    "nor by the starting model"
+                    if v.get("start")
+                    else "(the starting model was not evaluated)"
+                )
+                + ": nothing to rank. At this budget the comparison is a smoke test of the pipeline, not a result "
+                "(a larger budget, or a model that solves some problems before training, compares the methods)."
+            )
+        elif "not_below_best" in v:
             text = f"best **{v['best']}**, {_fmt(name, v)}. "
             tied = [m for m in v["not_below_best"] if m != v["best"]]
             mde = v.get("mde_range")
@@ -434,6 +446,7 @@ def _runs_table(report: Mapping[str, Any]) -> list[str]:
         "Fresh completions",
         "Tokens generated",
         "Optimizer steps",
+        "Cut by the cap",
         "Wall time (s)",
         "Train tokens/s",
         "Eval n x problems",
@@ -452,6 +465,7 @@ def _runs_table(report: Mapping[str, Any]) -> list[str]:
             _fmt_num(r["fresh_completions"], ",d"),
             _fmt_num(r["tokens_generated"], ",d"),
             _fmt_num(r["optimizer_steps"], ",d"),
+            _fmt_num(r.get("cut_by_cap_frac"), ".0%"),  # — where the run logged no cap share
             _fmt_num(r["wall_time_s"], ".1f"),
             _fmt_num(r["train_tokens_per_s"], ".1f"),
             evals,
@@ -460,7 +474,12 @@ def _runs_table(report: Mapping[str, Any]) -> list[str]:
         if len(models) > 1:
             cells.insert(3, r["model"] or "—")
         lines.append("| " + " | ".join(cells) + " |")
-    return lines + [""]
+    cap = (
+        "Cut by the cap: the mean share of training completions that reached max_completion_length without ending "
+        "(`completions/cut_by_cap_frac`; a completion stopped at the end of its code is not cut); — where a run did "
+        "not log it."
+    )
+    return lines + ["", cap, ""]
 
 
 def _coincidence_section(report: Mapping[str, Any]) -> list[str]:
