@@ -55,7 +55,7 @@ from experiments.run.argv import (
 from experiments.run.compare import REPO_ROOT, ComparisonInterrupted, child_env, compare
 from experiments.run.config import ExperimentArgs, config_path, method_spec
 from experiments.run.stopping import exit_status, sigterm_interrupts
-from experiments.run.validation import check_types
+from experiments.run.validation import check_types, check_writable_dir
 
 ACCELERATE_CONFIG_DIR = REPO_ROOT / "accelerate_configs"
 DEMO_CONFIG = "demo"
@@ -644,6 +644,7 @@ def cmd_compare(argv: Sequence[str]) -> int:
     bad = [s for s in seeds if not s.lstrip("-").isdigit()]
     if bad:
         raise CliError(f"--seeds: {bad[0]!r} is not an integer")
+    check_writable_dir(out, "--out")  # before the libraries' log is opened there
     try:
         with _libraries_to(out / "logs" / PARENT_LOG):
             report = compare(
@@ -723,6 +724,7 @@ def cmd_demo(argv: Sequence[str]) -> int:
     from experiments.run.train import setup_torch
 
     setup_torch(exp, cfg)
+    check_writable_dir(out, "--out")
     try:
         with _libraries_to(out / "logs" / PARENT_LOG):
             base = resolve_base_model(exp.model)

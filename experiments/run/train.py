@@ -56,6 +56,7 @@ from experiments.run.budget import scheduled_rows
 from experiments.run.config import ExperimentArgs, method_spec
 from experiments.run.progress import attach, note
 from experiments.run.record import run_budget_record, run_record
+from experiments.run.settings import resume_changes, write_run_config
 from experiments.run.stopping import Interrupted, exit_status, sigterm_interrupts
 from experiments.run.validation import check_output_dir, sharded_weights
 
@@ -487,6 +488,8 @@ def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunL
         return out
     resume_from = find_resume_checkpoint(exp, cfg)
     resume_step = _check_resume_point(resume_from, cfg) if resume_from else 0
+    # A resume continues the run as it was set: a changed setting that defines it is refused here.
+    config_changes = resume_changes(exp, cfg, resume_from, resume_step) if resume_from else []
 
     # Everything that can fail on a bad value, before any model is loaded.
     spec = method_spec(exp.method or "")
@@ -505,6 +508,15 @@ def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunL
     label = out.name
     if resume_from and state.is_main_process:
         print(f"passk: resuming from {resume_from} (step {_checkpoint_step(resume_from)})", flush=True)
+        for change in config_changes:
+            if change["step"] == resume_step:
+                print(
+                    f"passk: {change['key']} {change['from']!r} -> {change['to']!r} from step {resume_step} "
+                    "(run.json: config_changes)",
+                    flush=True,
+                )
+    if state.is_main_process:
+        write_run_config(out, exp, cfg, config_changes, resume_from)
     sampling = apply_model_sampling(exp, cfg, model_path)
     eval_gen = sampling["eval"]
     screen = None  # training problems kept by the starting model's pass rate (experiments.inputs.screening)
@@ -651,6 +663,7 @@ def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunL
             state.num_processes,
         )
         record.update(run_budget_record(exp, cfg, trainer, samples, state.num_processes, sampling))
+        record["config_changes"] = config_changes  # settings a resume changed, each from its step
         record["screen"] = screen
         write_json(out / "run.json", record)
     state.wait_for_everyone()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import tempfile
 import types
 import typing
 from collections.abc import Sequence
@@ -341,15 +342,39 @@ def _check_run_length(cfg: Any) -> None:
         raise ConfigError("max_steps: set max_steps > 0 or num_train_epochs > 0")
 
 
+def check_writable_dir(path: str | os.PathLike[str], name: str = "output_dir") -> None:
+    """A one-line ConfigError (`name`: the key or flag that gave it) when `path` cannot be a folder this process
+    writes in: a file is there, or on the way there, or the nearest folder that exists takes no new file (read-only,
+    not ours, /proc). Nothing is left behind; checked before any model loads, instead of a traceback after."""
+    target = Path(path).expanduser()
+    if target.exists() and not target.is_dir():
+        raise ConfigError(f"{name}: {target} is a file, not a folder; give another {name}")
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(
+            f"{name}: cannot make {target}: {existing} is a file, not a folder; give another {name}"
+        )
+    try:
+        tempfile.TemporaryFile(dir=existing).close()
+    except OSError as e:
+        made = "write in" if existing == target else f"make {target} in"
+        raise ConfigError(
+            f"{name}: cannot {made} {existing} ({e.strerror or e}); give a folder you can write to"
+        ) from None
+
+
 def check_output_dir(exp: ExperimentArgs, cfg: Any) -> None:
-    """Refuse an `output_dir` that already holds files, unless the run continues it (`resume`,
-    `resume_from_checkpoint`) or replaces it (`overwrite`): a run would overwrite the model and run.json and leave
-    the earlier run's checkpoints beside its own."""
+    """Refuse an `output_dir` that cannot be made or written (`check_writable_dir`), or that already holds files,
+    unless the run continues it (`resume`, `resume_from_checkpoint`) or replaces it (`overwrite`): a run would
+    overwrite the model and run.json and leave the earlier run's checkpoints beside its own."""
     if exp.overwrite and (exp.resume or getattr(cfg, "resume_from_checkpoint", None)):
         raise ConfigError(
             "overwrite: set either overwrite (start afresh) or resume (continue the run), not both"
         )
     out = Path(cfg.output_dir)
+    check_writable_dir(out)
     if exp.overwrite or exp.resume or getattr(cfg, "resume_from_checkpoint", None) or not out.is_dir():
         return
     held = sorted(p.name for p in out.iterdir())
