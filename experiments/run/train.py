@@ -577,6 +577,10 @@ def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunL
         peft_config=peft_config,
         callbacks=callbacks,
     )
+    if exp.stop_at_code_end:  # every completion ends where its code ends (experiments.evaluation.evaluate)
+        from experiments.evaluation.evaluate import stop_generation_at_code_end
+
+        stop_generation_at_code_end(trainer, exp.style)
     from experiments.run.budget import CHECKPOINT_SAMPLES_FILE, SAMPLES_FILE, SampleLog, generation_period
 
     previous = SampleLog.read(Path(resume_from) / CHECKPOINT_SAMPLES_FILE) if resume_from else []
@@ -597,10 +601,6 @@ def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunL
         from transformers.trainer import TRAINER_STATE_NAME
         from transformers.trainer_callback import TrainerState
         from transformers.trainer_utils import TrainOutput
-    if exp.stop_at_code_end:  # every completion ends where its code ends (experiments.evaluation.evaluate)
-        from experiments.evaluation.evaluate import stop_generation_at_code_end
-
-        stop_generation_at_code_end(trainer, exp.style)
 
         trainer._load_from_checkpoint(resume_from)
         trainer.state = TrainerState.load_from_json(str(Path(resume_from) / TRAINER_STATE_NAME))
