@@ -44,6 +44,7 @@ Nothing here executes code; syntax errors of an extracted program are the sandbo
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import re
 import textwrap
@@ -559,8 +560,15 @@ def code_in_prompt(prompt: Any, entry_point: str | None) -> str | None:
         if isinstance(m, dict) and m.get("role", "user") == "user":
             content = completion_text([dict(m, role="assistant")])
             if isinstance(content, str):
-                texts.append(_universal_newlines(content))
+                texts.append(content)
+    return _code_in_texts(tuple(texts), entry_point)
+
+
+@functools.lru_cache(maxsize=256)  # a batch repeats each prompt once per completion
+def _code_in_texts(texts: tuple[str, ...], entry_point: str) -> str | None:
+    """``code_in_prompt`` on the user messages' texts."""
     for text in reversed(texts):
+        text = _universal_newlines(text)
         found = _fenced_blocks(text) if _FENCE in text else None
         blocks = [body for tag, body in (found[0] if found else []) if tag in _PY_TAGS or tag == ""]
         for body in reversed(blocks):

@@ -13,7 +13,6 @@ import os
 import select
 import signal
 import struct
-import sys
 import time
 from typing import TYPE_CHECKING  # typing is pre-imported for the candidates anyway
 
@@ -299,11 +298,20 @@ class RemoteFunction:
         raise exc
 
 
+# Standard modules that plain asserts use without importing them (they lean on the program's import): pure
+# computation, nothing with side effects on import.
+TEST_MODULES = frozenset(
+    "array bisect calendar cmath collections copy dataclasses datetime decimal enum fractions functools hashlib "
+    "heapq itertools json math numbers operator random re statistics string struct sys textwrap time typing "
+    "unicodedata".split()
+)
+
+
 class RemoteNames(dict):
     """The tests' builtins: a name that neither the trusted code nor the tests define resolves to the
-    candidate's function of that name, as in prompt + completion + test. A standard-library module's name
-    that the program does not define itself (plain asserts such as MBPP's ``math.isclose(f(x), y)`` lean on
-    the program's ``import math``) is that module, imported here."""
+    candidate's function of that name, as in prompt + completion + test. The name of a standard module of
+    TEST_MODULES that the program does not define itself (plain asserts such as MBPP's ``math.isclose(f(x),
+    y)`` lean on the program's ``import math``) is that module, imported here."""
 
     def __init__(self, run: Run, verdict: Verdict, program: str = ""):
         super().__init__(vars(builtins))
@@ -313,7 +321,7 @@ class RemoteNames(dict):
     def __missing__(self, name):
         if name.startswith("__"):
             raise KeyError(name)
-        if name in sys.stdlib_module_names and name not in self.defined():
+        if name in TEST_MODULES and name not in self.defined():
             try:
                 self[name] = __import__(name)
                 return self[name]
