@@ -144,7 +144,7 @@ def test_dependencies_flow_from_sandbox_to_rewards_to_experiments(module: str) -
     [
         ("experiments.learnable.tasks", set()),
         ("experiments.evaluation.stats", set()),
-        ("experiments.evaluation.scorer", set()),
+        ("experiments.evaluation.scorer", {"experiments", "experiments.errors"}),
         ("experiments.inputs.data", {"experiments", "experiments.errors", "experiments.learnable.tasks"}),
         (
             "experiments.evaluation.evaluate",

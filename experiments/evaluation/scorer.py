@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from experiments.errors import DataError
+
 __all__ = ["check_same_scorer", "git_commit", "scorer_key", "scorer_stamp", "scorer_text"]
 
 
@@ -67,9 +69,9 @@ def scorer_text(stamp: Mapping[str, Any] | None) -> str:
 
 
 def check_same_scorer(stamps: Mapping[str, Mapping[str, Any] | None]) -> None:
-    """Raise a one-line ValueError when the rows {label: stamp} were scored by different extraction or sandbox
-    versions, or when some rows say what scored them and others do not. Rows that all lack a stamp pass: nothing
-    says they differ (the report says the scorer is not recorded)."""
+    """Raise a one-line DataError (a ValueError that `passk` prints as one line) when the rows {label: stamp}
+    were scored by different extraction or sandbox versions, or when some rows say what scored them and others do
+    not. Rows that all lack a stamp pass: nothing says they differ (the report says the scorer is not recorded)."""
     keys = {label: scorer_key(stamp) for label, stamp in stamps.items()}
     if len(set(keys.values())) <= 1:
         return
@@ -78,7 +80,7 @@ def check_same_scorer(stamps: Mapping[str, Mapping[str, Any] | None]) -> None:
         name = "not recorded" if key is None else f"extraction v{key[0]}, sandbox v{key[1]}"
         groups.setdefault(name, []).append(label)
     listed = "; ".join(f"{name}: {', '.join(labels)}" for name, labels in groups.items())
-    raise ValueError(
+    raise DataError(
         f"report: these rows were scored by different scorers ({listed}); evaluate them again with one "
         "scorer (passk eval) or report them apart"
     )

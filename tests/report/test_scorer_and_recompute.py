@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from experiments.errors import DataError
 from experiments.evaluation.scorer import check_same_scorer, scorer_stamp, scorer_text
 from experiments.evaluation.stats import EvalResult, ProblemResult, summarize
 from experiments.report import CURVES, build_report, render_markdown
@@ -67,7 +68,7 @@ def test_the_stamp_names_the_extraction_rules_and_the_sandbox_and_an_eval_record
 def test_a_report_refuses_rows_scored_by_different_versions_in_one_line(tmp_path: Path) -> None:
     old = {"extraction": EXTRACTION_VERSION - 1, "sandbox": SANDBOX_VERSION, "commit": None}
     dirs = [_run(tmp_path / "a", "a", scorer_stamp(), [3] * 20), _run(tmp_path / "b", "b", old, [2] * 20)]
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(DataError) as err:  # one of USER_ERRORS: passk prints it as one line, no traceback
         build_report(dirs, tmp_path)
     message = str(err.value)
     assert "\n" not in message and message.startswith("report: these rows were scored by different scorers")
