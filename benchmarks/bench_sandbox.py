@@ -35,6 +35,13 @@ names of the 1-bits of a random message under the standard library's directory (
 candidate of the second times one stat of every name. Prints the median times of a name looked up before (a
 cached negative dentry) and of a first lookup, the share of bits read wrong at the best threshold, and the
 sender's and receiver's time per name, which give the rate. Only candidates in the sandbox do the lookups.
+
+    python benchmarks/bench_sandbox.py --inode-symbols 24
+
+measures the other one, the kernel's counter of pseudo-file inodes (pipes, sockets, /proc entries), handed to
+each CPU in batches of 1,024: a candidate of one pool makes 1,024 k pipes (k = 0-7, a 3-bit symbol), then a
+candidate of a pool on another CPU makes 1,100 and reads k from the jump where its CPU took its next batch.
+Prints the symbols read right and the time to send and to read one.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -257,6 +265,62 @@ def dentry_channel(names: int, python: str | None) -> dict[str, float]:
     }
 
 
+INODE_SEND = r"""
+import os, time
+t = time.perf_counter()
+for _ in range({n}):
+    r, w = os.pipe()
+    os.close(r)
+    os.close(w)
+print(time.perf_counter() - t)
+"""
+INODE_RECEIVE = r"""
+import json, os, time
+t = time.perf_counter()
+prev, jumps = None, []
+for _ in range(1100):
+    r, w = os.pipe()
+    ino = os.fstat(r).st_ino
+    os.close(r)
+    os.close(w)
+    if prev is not None and ino - prev > 1:
+        jumps.append(ino - prev)
+    prev = ino
+print(json.dumps([jumps, time.perf_counter() - t]))
+"""
+
+
+def inode_counter_channel(symbols: int, python: str | None) -> dict[str, Any]:
+    """``symbols`` 3-bit symbols through the pseudo-inode counter between two pools (see the module's docstring)."""
+    right, send_s, read_s = 0, [], []
+    with (
+        Sandbox(n_workers=1, timeout=30, python=python) as a,
+        Sandbox(n_workers=1, timeout=30, python=python) as b,
+    ):
+        cpus = [sorted(os.sched_getaffinity(box.worker_pids()[0])) for box in (a, b)]
+        b.run(INODE_RECEIVE)  # its CPU's batch starts somewhere: the first reading says nothing
+        for k in [i % 8 for i in range(symbols)]:
+            if k:
+                sent = a.run(INODE_SEND.format(n=1024 * k))
+                assert sent.passed, sent
+                send_s.append(float(sent.stdout))
+            got = b.run(INODE_RECEIVE)
+            assert got.passed, got
+            jumps, seconds = json.loads(got.stdout)
+            read_s.append(seconds)
+            right += (round((max(jumps) - 1) / 1024) if jumps else 0) == k
+    return {
+        "cpus": cpus,
+        "symbols": symbols,
+        "read_right": right,
+        "send_ms_per_1024": statistics.median(
+            s / k for s, k in zip(send_s, [i % 8 for i in range(symbols) if i % 8])
+        )
+        * 1000,
+        "read_ms": statistics.median(read_s) * 1000,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n-workers", type=int, nargs="+", default=[2], help="worker counts to measure")
@@ -268,7 +332,21 @@ def main() -> None:
         "--dentry-names", type=int, default=0, help="measure the negative-dentry channel instead"
     )
     parser.add_argument("--dentry-runs", type=int, default=3)
+    parser.add_argument(
+        "--inode-symbols", type=int, default=0, help="measure the inode-counter channel instead"
+    )
     args = parser.parse_args()
+    if args.inode_symbols:
+        r = inode_counter_channel(args.inode_symbols, args.python)
+        print(
+            f"pseudo-inode counter, pools on CPUs {r['cpus']}: {r['read_right']} of {r['symbols']} 3-bit symbols "
+            f"read right; {r['send_ms_per_1024']:.1f} ms per 1,024 pipes sent, {r['read_ms']:.1f} ms to read one"
+        )
+        if args.out:
+            Path(args.out).write_text(
+                json.dumps({"date": time.strftime("%Y-%m-%d %H:%M")} | r, indent=2) + "\n"
+            )
+        return
     if args.dentry_names:
         runs = [dentry_channel(args.dentry_names, args.python) for _ in range(args.dentry_runs)]
         for k, r in enumerate(runs, 1):

@@ -77,3 +77,26 @@ def test_bench_sandbox_measures_the_dentry_channel(tmp_path: Path) -> None:
     assert run["hit_ns_median"] > 0 and run["miss_ns_median"] > 0 and 0 <= run["bit_error_rate"] <= 0.5
     assert record["median"] == run and record["kbit_per_s"] > 0
     assert "kbit/s between pools" in proc.stdout
+
+
+def test_bench_sandbox_measures_the_inode_counter_channel(tmp_path: Path) -> None:
+    """--inode-symbols: the figures docs/sandbox.md quotes for the pseudo-inode counter are read and recorded."""
+    out = tmp_path / "inodes.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "bench_sandbox.py"),
+            "--inode-symbols",
+            "8",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    record = json.loads(out.read_text())
+    assert record["symbols"] == 8 and 0 <= record["read_right"] <= 8
+    assert record["send_ms_per_1024"] > 0 and record["read_ms"] > 0
+    assert "3-bit symbols read right" in proc.stdout
