@@ -263,3 +263,32 @@ def test_passks_budgets_stop_at_the_end_of_the_code_by_default() -> None:
 
     exp = ExperimentArgs(method="grpo")
     assert exp.stop_at_code_end is True and eval_kwargs(exp, 0)["stop_at_code_end"] is True
+
+
+RECORDS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "seed_model"
+
+
+@pytest.mark.parametrize(
+    ("name", "style", "fires"),
+    [("greedy30_completion_style.jsonl", "completion", 29), ("greedy30_chat_style_0.5b.jsonl", "chat", 10)],
+)
+def test_on_the_seed_models_recorded_answers_the_stop_reads_the_same_program(name, style, fires) -> None:
+    # Qwen2.5-Coder's greedy answers to the 30 eval problems at 256 tokens (committed records): wherever the stop
+    # would have ended one, extraction reads the same program from what was generated up to there.
+    problems = read_problems()
+    fired = 0
+    for line in (RECORDS / name).read_text().splitlines():
+        row = json.loads(line)
+        problem, text = problems[row["task_id"]], row["completion"]
+        prompt = problem["prompt"] if style == "completion" else None
+        stop = next((end for end in range(1, len(text) + 1) if code_ended(prompt, text[:end], style)), None)
+        if stop is None:
+            continue
+        fired += 1
+        assert _read(problem, text[:stop], style) == _read(problem, text, style), row["task_id"]
+    assert fired == fires
+
+
+def _read(problem: dict, text: str, style: str) -> str:
+    answer = text if style == "completion" else [{"role": "assistant", "content": text}]
+    return extract_code(problem["prompt"], answer, problem["entry_point"]).code.rstrip()
