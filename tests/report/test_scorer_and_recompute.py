@@ -229,3 +229,30 @@ def test_write_report_writes_counts_json_that_gives_back_the_same_report(tmp_pat
     again = build_report(runs_from_counts(tmp_path / "report" / "counts.json", tmp_path / "back"), tmp_path)
     assert json.loads(json.dumps(again))["comparisons"] == written["comparisons"]
     assert json.loads(json.dumps(again))["verdict"] == written["verdict"]
+
+
+def test_rescoring_stored_first_answers_names_each_verdict_the_scorer_reads_otherwise(tmp_path: Path) -> None:
+    """benchmarks/rescore_records.py rebuilds a run's problems from its run.json and rescores each stored first
+    answer: a record whose recorded verdict is flipped by hand comes back as one changed verdict, named."""
+    import importlib.util
+    import shutil
+
+    spec = importlib.util.spec_from_file_location(
+        "rescore_records", ROOT / "benchmarks" / "rescore_records.py"
+    )
+    rescore = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rescore)
+    run = tmp_path / "reinforce_kl"
+    shutil.copytree(SMOLLM2 / "records" / "reinforce_kl", run)
+    (run / "eval_before.json").unlink()
+    after = json.loads((run / "eval_after.json").read_text())
+    flipped = after["problems"][0]
+    flipped["rewards"][0] = 0.0 if flipped["rewards"][0] >= 1.0 else 1.0
+    (run / "eval_after.json").write_text(json.dumps(after))
+    (entry,) = rescore.rescore_run(run, tmp_path)
+    assert entry["phase"] == "after" and entry["rescored_problems"] == 100 and entry["not_rescored"] == []
+    assert entry["rescored_with"] == scorer_stamp()
+    assert entry["recorded_scorer"]["extraction"] == 1  # the folder's scorer.json
+    # Only the flipped one: today's scorer reads the other 99 as recorded (the SmolLM2 README's claim; a scorer
+    # that changes one of them fails here, and the README's rescoring is then to be rerun).
+    assert [c["task_id"] for c in entry["changed"]] == [flipped["task_id"]]
