@@ -184,6 +184,8 @@ class CodeReward:
     default_name: ClassVar[str] = "code_reward"
     needs_sandbox: ClassVar[bool] = True
     counts_cases: ClassVar[bool] = False  # stdin/stdout: per-case verdict shares in the metrics
+    # The function rewards' column without which no row can be scored (format_reward: entry_point).
+    needs_column: ClassVar[str] = "test"
 
     def __init__(
         self,
@@ -390,6 +392,7 @@ class CodeReward:
     ) -> RewardList:
         """Score a batch without blocking the event loop on execution (TRL's async reward path)."""
         columns = {"test": test, "entry_point": entry_point, "code_prompt": code_prompt}
+        self._check_columns(columns, kwargs)
         return await self._ascore(prompts, completions, columns, log_metric, log_extra)
 
     def score(
@@ -407,7 +410,21 @@ class CodeReward:
     ) -> RewardList:
         """The synchronous twin of ``__call__``: same arguments, same rewards (usable inside a running loop)."""
         columns = {"test": test, "entry_point": entry_point, "code_prompt": code_prompt}
+        self._check_columns(columns, kwargs)
         return self._score(prompts, completions, columns, log_metric, log_extra)
+
+    def _check_columns(self, columns: dict[str, Any], kwargs: dict[str, Any]) -> None:
+        """In a trainer (TRL passes ``trainer_state``), a ValueError on the first batch when the dataset has no
+        ``needs_column`` (a misnamed ``tests``): every row would score None and it would learn from nothing. A
+        direct call without the column still scores None per row."""
+        if columns[self.needs_column] is not None or "trainer_state" not in kwargs:
+            return
+        has = [k for k, v in {**columns, **kwargs}.items() if v is not None and k not in TRL_KEYWORDS]
+        raise ValueError(
+            f"{self.__name__}: reads the columns test (HumanEval's check(candidate) or plain asserts), entry_point "
+            f"and code_prompt; this dataset has no {self.needs_column!r} column (it has: "
+            f"{', '.join(has) or 'nothing'}): rename yours, or use the stdin/stdout rewards for input/output tests"
+        )
 
 
 class UnitTestReward(CodeReward):
@@ -440,6 +457,7 @@ class FormatReward(CodeReward):
 
     default_name = "format_reward"
     needs_sandbox = False
+    needs_column = "entry_point"
 
     def _row_tests(self, row: dict[str, Any], i: int) -> Any | None:
         entry_point = row["entry_point"]
