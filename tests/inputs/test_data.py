@@ -436,6 +436,9 @@ def test_a_hub_failure_online_is_one_line(humaneval, monkeypatch, error: Excepti
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    from experiments.inputs import models
+
+    monkeypatch.setattr(models, "hub_unreachable", lambda timeout=3.0: None)  # online: the hub answers
 
     def fail(name, split):
         raise error
@@ -583,3 +586,163 @@ def test_verification_info_rows_keep_their_cases_when_the_statement_is_set_aside
     rows = to_rl_rows(load_problems(STDIO_DATA / "stdio_verification_info.jsonl"), style="chat")
     assert len(rows) == 8 and rows["code_prompt"] == [""] * 8
     assert rows[0]["prompt"][-1]["content"].startswith(STDIO_INSTRUCTION)
+
+
+# ---- datasets the TRL way: a folder or file in any format datasets.load_dataset reads, a hub id ----------------
+MBPP_ROWS = [
+    {
+        "task_id": 11,
+        "text": "Write a function to add two numbers.",
+        "code": "def add(a, b):\n    return a + b\n",
+        "test_list": ["assert add(1, 2) == 3", "assert add(0, 0) == 0"],
+        "test_setup_code": "",
+        "challenge_test_list": [],
+    },
+    {
+        "task_id": 12,
+        "text": "Write a function that doubles a string.",
+        "code": "import math\ndef double(s):\n    return s + s\n",
+        "test_list": ["assert double('a') == 'aa'"],
+        "test_setup_code": "",
+        "challenge_test_list": [],
+    },
+]
+
+
+def _folder(tmp_path: Path, name: str, files: dict[str, list[dict]]) -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    for file, rows in files.items():
+        _write_jsonl(folder / file, rows)
+    return folder
+
+
+def test_a_folder_of_humaneval_rows_in_a_json_file_loads_as_the_file_would(humaneval, tmp_path):
+    rows = humaneval.select(range(4)).to_list()
+    folder = _folder(tmp_path, "he", {"test.json": rows})
+    loaded = load_problems(folder)
+    assert loaded["task_id"] == humaneval["task_id"][:4] and loaded.column_names[:5] == list(
+        HUMANEVAL_COLUMNS
+    )
+
+
+def test_the_readme_quick_starts_data_folder_trains_as_trl_rows_without_task_ids(humaneval, tmp_path):
+    """`dataset.to_json("data/train.jsonl")` in the README: prompt, code_prompt, test, entry_point, no task_id."""
+    rows = [
+        {
+            "prompt": p["prompt"],
+            "code_prompt": p["prompt"],
+            "test": p["test"],
+            "entry_point": p["entry_point"],
+        }
+        for p in humaneval.select(range(4))
+    ]
+    folder = _folder(tmp_path, "data", {"train.jsonl": rows})
+    loaded = load_problems(folder)
+    assert loaded["task_id"] == [f"row {i}" for i in range(4)] and loaded["test"] == humaneval["test"][:4]
+    train, _ = build_datasets(DataSpec(dataset=str(folder), n_train=3, n_eval=1))
+    assert len(train) == 3 and train["code_prompt"][0] in humaneval["prompt"][:4]
+
+
+def test_mbpp_rows_are_mapped_to_humanevals_columns_and_their_own_code_passes(tmp_path):
+    from rewards import unit_test_reward
+
+    folder = _folder(tmp_path, "mbpp", {"test.jsonl": MBPP_ROWS, "train.jsonl": MBPP_ROWS[:1]})
+    loaded = load_problems(folder)  # the test split, of two
+    assert loaded["task_id"] == ["MBPP/11", "MBPP/12"] and loaded["entry_point"] == ["add", "double"]
+    assert loaded["prompt"][0] == '"""\nWrite a function to add two numbers.\nassert add(1, 2) == 3\n"""\n'
+    assert loaded["test"][0] == "assert add(1, 2) == 3\nassert add(0, 0) == 0"
+    rows = to_rl_rows(loaded)
+    scores = unit_test_reward.score(
+        prompts=rows["prompt"],
+        completions=loaded["canonical_solution"],
+        test=rows["test"],
+        entry_point=rows["entry_point"],
+        code_prompt=rows["code_prompt"],
+    )
+    assert scores == [1.0, 1.0]
+    wrong = unit_test_reward.score(
+        prompts=rows["prompt"][:1],
+        completions=["def add(a, b):\n    return a - b\n"],
+        test=rows["test"][:1],
+        entry_point=rows["entry_point"][:1],
+        code_prompt=rows["code_prompt"][:1],
+    )
+    assert wrong == [0.0]
+
+
+def test_a_folder_of_stdio_problems_and_a_csv_file_load(humaneval, tmp_path):
+    stdio = [{"problem_id": "p0", "question": "Echo the input.", "input_output": IO}]
+    loaded = load_problems(_folder(tmp_path, "apps", {"train.jsonl": stdio}))
+    assert loaded.column_names[:2] == ["task_id", "statement"] and loaded["task_id"] == ["p0"]
+    import csv
+
+    path = tmp_path / "he.csv"
+    rows = humaneval.select(range(3)).to_list()
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    assert load_problems(path)["test"] == humaneval["test"][:3]
+
+
+def test_a_folder_datasets_cannot_read_and_a_file_of_another_type_are_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError) as info:
+        load_problems(tmp_path / "empty")
+    assert str(info.value).startswith(f"{tmp_path / 'empty'}: datasets.load_dataset cannot read it (")
+    assert "\n" not in str(info.value)
+    (tmp_path / "notes.docx").write_text("x")
+    with pytest.raises(
+        DataError, match=r"notes\.docx: unsupported file type; use one of .*\.csv.*or a folder"
+    ):
+        load_problems(tmp_path / "notes.docx")
+
+
+def test_an_unreachable_hub_is_one_line_with_the_offline_alternative(monkeypatch):
+    from experiments.inputs import models
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    reason = "the Hugging Face hub https://huggingface.co cannot be reached (Name or service not known)"
+    monkeypatch.setattr(models, "hub_unreachable", lambda timeout=3.0: reason)
+    with pytest.raises(DataError) as info:
+        load_problems("openai/openai_humaneval")
+    assert str(info.value) == (
+        f"dataset 'openai/openai_humaneval' is not a local file or folder, and {reason}; to work offline, set "
+        "HF_HUB_OFFLINE=1 with the dataset in the Hugging Face cache, or pass a local file or folder (.jsonl, "
+        ".jsonl.gz, .parquet, .json, .csv, ...)"
+    )
+
+
+def test_passk_train_takes_a_folder_and_a_hub_id_as_trls_dataset_name(humaneval, tmp_path, capsys):
+    """`--dataset_name data` (a folder) and `--dataset_name openai/openai_humaneval` (offline here: one line before
+    any model loads) instead of "neither humaneval nor learnable nor an existing file"."""
+    from experiments.run import cli
+    from experiments.run.argv import parse_config
+    from experiments.run.config import config_path
+
+    rows = humaneval.select(range(4)).to_list()
+    folder = _folder(tmp_path, "data", {"train.jsonl": rows})
+    exp, _ = parse_config([str(config_path("cpu")), "--method", "grpo", "--dataset_name", str(folder)])
+    assert exp.dataset == str(folder)
+    argv = [
+        "train",
+        "cpu",
+        "--method",
+        "grpo",
+        "--model",
+        "/nonexistent-model",
+        "--output_dir",
+        str(tmp_path / "o"),
+    ]
+    assert cli.main([*argv, "--dataset_name", "openai/openai_humaneval"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "passk: error: dataset 'openai/openai_humaneval' is not a local file or folder and the Hugging Face hub "
+        "is offline (HF_HUB_OFFLINE=1) with no cached copy; pass a local file or folder"
+    ), err
+    assert cli.main([*argv, "--dataset_name", "no/such/folder"]) == 2
+    assert "dataset: 'no/such/folder' is neither humaneval nor learnable nor an existing file or folder" in (
+        capsys.readouterr().err
+    )
