@@ -206,7 +206,7 @@ def _train_one_step(
     return trainer.state.log_history[0], ends
 
 
-@pytest.mark.parametrize("method", ["grpo", "reinforce_kl", "rloo"])
+@pytest.mark.parametrize("method", ["grpo", "reinforce_kl", "rloo", "ppo", "dapo"])
 def test_training_stops_at_the_end_of_the_function_so_trls_clipped_ratio_falls(
     tiny_model_dir, tmp_path, method
 ) -> None:
@@ -219,8 +219,12 @@ def test_training_stops_at_the_end_of_the_function_so_trls_clipped_ratio_falls(
     assert stopped["completions/clipped_ratio"] == 0.5  # TRL reads the forced EOS as a finished completion
     assert stopped["completions/cut_by_cap_frac"] == 0.5  # the genuinely cut ones are still flagged
     assert stopped["completions/code_end_frac"] == 0.5
-    assert ends == [{"step": 0, "ends": ["code_end", "cap", "code_end", "cap"]}]
+    (batch,) = ends  # one generation batch (PPO's rollout holds several optimizer steps' prompts)
+    assert batch["step"] == 0 and batch["ends"] == ["code_end", "cap"] * (len(batch["ends"]) // 2)
+    assert len(batch["ends"]) >= 4
     assert stopped["completions/min_length"] < plain["completions/min_length"]
+    if method == "dapo":  # DAPO masks truncated completions: without the stop it masked all four, no update
+        assert float(plain["grad_norm"]) == 0.0 and float(stopped["grad_norm"]) > 0.0
 
 
 def test_passks_log_pi_recording_reads_the_forced_eos_as_the_policys(
@@ -292,3 +296,81 @@ def test_on_the_seed_models_recorded_answers_the_stop_reads_the_same_program(nam
 def _read(problem: dict, text: str, style: str) -> str:
     answer = text if style == "completion" else [{"role": "assistant", "content": text}]
     return extract_code(problem["prompt"], answer, problem["entry_point"]).code.rstrip()
+
+
+class _Accelerator:
+    device = torch.device("cpu")
+    is_main_process = True
+
+    def gather(self, tensor):
+        return tensor
+
+    def unwrap_model(self, model):
+        return model
+
+
+def _stand_in_trainer(tmp_path: Path, tokenizer, completions: list[list[int]], **flags):
+    """What `stop_generation_at_code_end` reads of a GRPOTrainer, with a generation path that returns `completions`."""
+    from types import SimpleNamespace
+
+    trainer = SimpleNamespace(
+        processing_class=tokenizer,
+        eos_token_ids=[tokenizer.eos_token_id],
+        accelerator=_Accelerator(),
+        model=SimpleNamespace(training=True, generate=lambda *a, **k: None),
+        max_completion_length=64,
+        _metrics={"train": __import__("collections").defaultdict(list)},
+        state=SimpleNamespace(global_step=3),
+        args=SimpleNamespace(output_dir=str(tmp_path)),
+        **({"use_vllm": False, "use_transformers_continuous_batching": False} | flags),
+    )
+    trainer._generate_single_turn = lambda prompt_ids, *a, **k: ([list(c) for c in completions], None)
+    return trainer
+
+
+def test_continuous_batching_completions_are_cut_after_generation_and_end_with_eos(
+    tiny_model_dir, tmp_path
+) -> None:
+    from experiments.evaluation.evaluate import stop_generation_at_code_end
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    ends = tokenizer(COMPLETIONS["own_test_after"])["input_ids"]
+    capped = tokenizer("    x = 1\n" * 20)["input_ids"][:64]
+    finished = tokenizer(BODY)["input_ids"] + [tokenizer.eos_token_id]
+    trainer = _stand_in_trainer(
+        tmp_path, tokenizer, [ends, capped, finished], use_transformers_continuous_batching=True
+    )
+    stop_generation_at_code_end(trainer, "completion")
+    prompt = tokenizer(PROMPT)["input_ids"]
+    completion_ids, logprobs = trainer._generate_single_turn([prompt] * 3, None, {}, 3)
+    assert tokenizer.decode(completion_ids[0], skip_special_tokens=True) == BODY + "\n\ndef"
+    assert completion_ids[0][-1] == tokenizer.eos_token_id
+    assert completion_ids[1] == capped and completion_ids[2] == finished and logprobs is None
+    metrics = trainer._metrics["train"]
+    assert metrics["completions/cut_by_cap_frac"] == [pytest.approx(1 / 3)]
+    assert metrics["completions/code_end_frac"] == [pytest.approx(1 / 3)]
+    line = json.loads((tmp_path / "completion_ends.jsonl").read_text())
+    assert line == {"step": 3, "ends": ["code_end", "cap", "eos"]}
+
+
+def test_vllm_gets_the_rules_stop_strings_and_refuses_masking_what_it_stops(tiny_model_dir, tmp_path) -> None:
+    from types import SimpleNamespace
+
+    from experiments.errors import ConfigError
+    from experiments.evaluation.evaluate import stop_generation_at_code_end
+    from experiments.run.argv import parse_config
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    engine = SimpleNamespace(generation_kwargs={"stop": ["<stop>"]})
+    trainer = _stand_in_trainer(tmp_path, tokenizer, [], use_vllm=True, vllm_generation=engine)
+    stop_generation_at_code_end(trainer, "completion")
+    assert engine.generation_kwargs["stop"] == ["<stop>", *CODE_END_STOP_STRINGS]
+    chat = SimpleNamespace(generation_kwargs={})
+    stop_generation_at_code_end(
+        _stand_in_trainer(tmp_path, tokenizer, [], use_vllm=True, vllm_generation=chat), "chat"
+    )
+    assert "stop" not in chat.generation_kwargs  # the end of a code block is no string: EOS ends chat answers
+    cpu = Path(__file__).resolve().parents[2] / "experiments" / "configs" / "cpu.yaml"
+    with pytest.raises(ConfigError, match=r"^mask_truncated_completions: vLLM returns a completion stopped"):
+        parse_config([str(cpu), "--method", "dapo", "--use_vllm", "true"])
+    parse_config([str(cpu), "--method", "dapo", "--use_vllm", "true", "--stop_at_code_end", "false"])
