@@ -693,6 +693,7 @@ def test_the_experiment_defaults_are_the_documented_ones():
         "lora_target_modules": None,
         "resume": False,
         "overwrite": False,
+        "sigterm_grace_s": 25.0,
         "num_threads": 1,
         "save_model": True,
     }
