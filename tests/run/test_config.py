@@ -259,7 +259,7 @@ def test_seed_config_carries_the_seed_settings(no_model_loads: None) -> None:
     raw = yaml.safe_load(path.read_text())
     for key, value in SEED_HYPERPARAMETERS.items():
         assert raw[key] == (pytest.approx(value) if isinstance(value, float) else value), key
-    # One prompt x 2 generations per update, 3 epochs x 20 prompts = 60 updates (PPO: 120 over the same prompts).
+    # One prompt x 2 generations per update, 3 epochs x 20 prompts = 60 updates (PPO too: one epoch per rollout).
     assert raw["per_device_train_batch_size"] == 2 and "max_steps" not in raw
     steps = {}
     for method in ("reinforce", "ppo", "grpo"):
@@ -301,7 +301,8 @@ def test_budget_prompts_sets_max_steps_and_refuses_both(tmp_path: Path, no_model
     text = "model: tiny\nnum_generations: 2\nper_device_train_batch_size: 4\nbudget_prompts: 8\n" + CPU
     cfg_file = write(tmp_path, text)
     assert parse_config([cfg_file, "--method", "grpo"])[1].max_steps == 4
-    assert parse_config([cfg_file, "--method", "ppo"])[1].max_steps == 8
+    assert parse_config([cfg_file, "--method", "ppo"])[1].max_steps == 4
+    assert parse_config([cfg_file, "--method", "ppo", "--num_iterations", "2"])[1].max_steps == 8  # two epochs
     with pytest.raises(ConfigError, match=r"^max_steps: derived per method from budget_prompts"):
         parse_config([cfg_file, "--method", "grpo", "--max_steps", "3"])
     assert (
@@ -522,9 +523,9 @@ def test_of_several_unknown_keys_the_first_is_named(tmp_path: Path, no_model_loa
 
 
 def test_another_methods_key_in_a_file_is_set_aside_not_applied(tmp_path: Path, no_model_loads: None) -> None:
-    exp, cfg = parse_config([write(tmp_path, CPU + "method: grpo\nvf_coef: 0.3\npkpo_k: 2\n")])
-    assert sorted(exp.not_applicable) == ["pkpo_k", "vf_coef"]
-    assert not hasattr(cfg, "vf_coef") and not hasattr(cfg, "pkpo_k")
+    exp, cfg = parse_config([write(tmp_path, CPU + "method: grpo\ncliprange_value: 0.3\npkpo_k: 2\n")])
+    assert sorted(exp.not_applicable) == ["cliprange_value", "pkpo_k"]
+    assert not hasattr(cfg, "cliprange_value") and not hasattr(cfg, "pkpo_k")
 
 
 def test_a_config_class_sharing_keys_with_experiment_args_names_the_first(

@@ -34,7 +34,6 @@ AT_LEAST_0 = (
     "epsilon_high",
     "delta",
     "kl_coef",
-    "vf_coef",
     "cliprange_value",
     "cliprange",
     "entropy_coef",

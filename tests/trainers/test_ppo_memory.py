@@ -44,8 +44,8 @@ def trained(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory, tiny
     args = build_config(
         "ppo",
         output_dir=str(tmp_path_factory.mktemp("ppo")),
-        vf_coef=0.5,
         entropy_coef=0.01,
+        kl_coef=0.05,  # the reference model and the KL in the reward: the most PPO holds
         **(tiny_train_args | TINY_SHAPE),
     )
     trainer = PPOTrainer(
@@ -164,7 +164,7 @@ def test_update_gradients_equal_one_backward_through_the_summed_loss(trained):
     )
     vf, _ = clipped_value_loss(values, inputs["old_values"], inputs["returns"], mask, args.cliprange_value)
     expected_loss = (
-        pg + args.vf_coef * vf - args.entropy_coef * masked_mean(entropies, mask)
+        pg + vf - args.entropy_coef * masked_mean(entropies, mask)
     ) / trainer.current_gradient_accumulation_steps
     expected_loss.backward()
     expected = [p.grad for p in params]

@@ -824,7 +824,7 @@ def _ppo_args(**kw) -> SimpleNamespace:
         "gradient_accumulation_steps": 1,
         "per_device_train_batch_size": 4,
         "per_device_eval_batch_size": 8,  # not the training one, so that the chunk read shows which applies
-        "vf_coef": 0.1,
+        "kl_in": "reward",
         "cliprange_value": 0.2,
         "entropy_coef": 0.0,
         "critic_warmup_steps": 0,
@@ -848,6 +848,7 @@ def _ppo(training: bool = True, rewards_per_func: torch.Tensor = REWARDS_PER_FUN
         epsilon_low=0.2,
         epsilon_high=0.2,
         current_gradient_accumulation_steps=1,
+        _step=0,
     )
     return trainer
 
@@ -1157,11 +1158,13 @@ def test_ppo_eval_rollout_reads_values_in_eval_chunks(monkeypatch: pytest.Monkey
     assert seen == [3] and trainer._metrics["eval"]["ppo/value_mean"]
 
 
-@pytest.mark.parametrize("vf_coef, ent_coef, clip", [(0.1, 0.0, 0.2), (0.5, 0.01, 0.05), (2.0, 0.3, 1.0)])
+@pytest.mark.parametrize("ent_coef, clip, kl_coef", [(0.0, 0.2, 0.0), (0.01, 0.05, 0.0), (0.3, 1.0, 0.5)])
 @pytest.mark.parametrize("training", [True, False])
 def test_ppo_loss_terms_with_nonzero_coefficients(
-    vf_coef: float, ent_coef: float, clip: float, training: bool
+    ent_coef: float, clip: float, kl_coef: float, training: bool
 ) -> None:
+    """L = policy + value - c2 * H (+ β * k3 with kl_in="loss"), each term by hand over the counted tokens; the
+    value loss has no weight (the critic's own AdamW would not see one)."""
     mask = MASK4.float()
     values = torch.tensor(
         [
@@ -1189,7 +1192,10 @@ def test_ppo_loss_terms_with_nonzero_coefficients(
     entropies = torch.tensor(
         [[1.0, 2.0, 3.0, GARBAGE], [0.5, 0.5, GARBAGE, GARBAGE], [9.0] * 4, [4.0, GARBAGE, GARBAGE, GARBAGE]]
     )
-    trainer = _ppo(training=training, vf_coef=vf_coef, entropy_coef=ent_coef, cliprange_value=clip)
+    trainer = _ppo(
+        training=training, entropy_coef=ent_coef, cliprange_value=clip, kl_coef=kl_coef, kl_in="loss"
+    )
+    ref = LOGP + torch.tensor([[0.2, -0.1, 0.0, 0.0], [0.3, 0.0, 0.0, 0.0], [1.0] * 4, [-0.2, 0.0, 0.0, 0.0]])
     trainer.current_gradient_accumulation_steps = 2
     trainer._critic_values = lambda critic, batch, batch_size=None: values
     trainer._completion_logps = lambda model, inputs, compute_entropy=False: (
@@ -1203,6 +1209,7 @@ def test_ppo_loss_terms_with_nonzero_coefficients(
         "returns": returns,
         "advantages": adv,
         "old_per_token_logps": old,
+        "ref_per_token_logps": ref,
     }
     loss = trainer._compute_loss(None, inputs)
     m = mask * torch.tensor([1.0, 1.0, 0.0, 1.0])[:, None]
@@ -1213,13 +1220,16 @@ def test_ppo_loss_terms_with_nonzero_coefficients(
     ratio = torch.exp(LOGP - old)
     pg = (-torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv) * m).sum() / n
     ent = (entropies * m).sum() / n
+    k3 = ((torch.exp(ref - LOGP) - (ref - LOGP) - 1) * m).sum() / n
     normalizer = 2 if training else 1
-    assert loss.item() == pytest.approx(((pg + vf_coef * vf - ent_coef * ent) / normalizer).item(), rel=1e-5)
+    want = (pg + vf - ent_coef * ent + kl_coef * k3) / normalizer
+    assert loss.item() == pytest.approx(want.item(), rel=1e-5)
     metrics = trainer._metrics["train" if training else "eval"]
     assert metrics["ppo/vf_loss"] == pytest.approx([vf.item()], rel=1e-5)
     assert metrics["ppo/policy_loss"] == pytest.approx([pg.item()], rel=1e-5)
     assert metrics["entropy"] == pytest.approx([ent.item()], rel=1e-5)
-    if training:  # the value loss was backpropagated inside: its gradient carries vf_coef / accumulation
+    assert metrics["kl"] == (pytest.approx([k3.item()], rel=1e-5) if kl_coef else [])
+    if training:  # the value loss was backpropagated inside: its gradient carries 1 / accumulation
         grad = (
             torch.where(
                 (values.detach() - returns) ** 2 >= (v_clipped - returns) ** 2,
@@ -1229,7 +1239,7 @@ def test_ppo_loss_terms_with_nonzero_coefficients(
             * m
             / n
         )
-        assert torch.allclose(values.grad, vf_coef * grad / normalizer, atol=1e-6, rtol=0)
+        assert torch.allclose(values.grad, grad / normalizer, atol=1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("on_policy", [True, False])
@@ -1286,7 +1296,7 @@ def _zero_rollout(zeros: torch.Tensor) -> dict:
 def test_ppo_critic_warmup_trains_only_the_critic() -> None:
     values = torch.tensor([[0.5, 0.0, 0.0, 0.0]] * 4, requires_grad=True)
     zeros = torch.zeros(4, 4)
-    trainer = _ppo(vf_coef=0.5, critic_warmup_steps=2)
+    trainer = _ppo(critic_warmup_steps=2)
     trainer.current_gradient_accumulation_steps = 2
     trainer.state.global_step = 1
     trainer._critic_values = lambda critic, batch, batch_size=None: values
@@ -1297,8 +1307,8 @@ def test_ppo_critic_warmup_trains_only_the_critic() -> None:
     trainer._completion_logps = no_policy
     inputs = _zero_rollout(zeros)
     loss = trainer._compute_loss(None, inputs)
-    # 0.5 * mean over the 10 tokens of V^2 (0.25 on the 4 first tokens), weighted 0.5, over 2 micro-steps.
-    assert loss.item() == pytest.approx(0.5 * 0.5 * (4 * 0.25) / 10 / 2)
+    # 0.5 * mean over the 10 tokens of V^2 (0.25 on the 4 first tokens), over 2 micro-steps.
+    assert loss.item() == pytest.approx(0.5 * (4 * 0.25) / 10 / 2)
     assert trainer._metrics["train"]["ppo/critic_warmup"] == [1.0]
     trainer.state.global_step = 2  # the warm-up is over
     trainer._completion_logps = lambda model, inputs, compute_entropy=False: (
@@ -1350,7 +1360,7 @@ def test_critic_warmup_steps_are_whole_rollouts(tmp_path, rollouts, spg, epochs,
     assert cfg.critic_warmup_steps == steps
 
 
-@pytest.mark.parametrize("critic_learning_rate, want", [(None, 3 * 2e-5), (1e-4, 1e-4), (1e-6, 1e-6)])
+@pytest.mark.parametrize("critic_learning_rate, want", [(None, 10 * 2e-5), (1e-4, 1e-4), (1e-6, 1e-6)])
 def test_critic_lr_is_its_own_else_the_scale_times_the_policys(tmp_path, critic_learning_rate, want) -> None:
     cfg = PPOConfig(
         output_dir=str(tmp_path),

@@ -343,7 +343,7 @@ def test_method_on_the_vllm_path(method, mode, stand_in_vllm, tiny_model_dir, tm
         vf, _ = clipped_value_loss(
             values, inputs["old_values"], inputs["returns"], mask, args.cliprange_value
         )
-        expected = pg + args.vf_coef * vf - args.entropy_coef * masked_mean(entropies, mask)
+        expected = pg + vf - args.entropy_coef * masked_mean(entropies, mask)
     else:
         ratio = torch.exp(logps - inputs["old_per_token_logps"])
         expected = -(inputs["advantages"][:, None] * logps * ratio * weights * mask).sum(1).mean()
