@@ -1467,3 +1467,43 @@ def test_pkpo_leaves_an_unscorable_completion_out_of_its_group_and_its_metrics(
     metrics = trainer._metrics["train"]
     assert metrics["pkpo/pass_at_k"] == pytest.approx([pass_at_k])
     assert metrics["pkpo/advantage_std"] == pytest.approx([advantage_std])  # over the 3 scorable completions
+
+
+def _two_passing_answers_of_different_lengths(monkeypatch: pytest.MonkeyPatch, **args) -> dict:
+    """A rollout of four answers, V = 0: two pass with 4 and 1 tokens, one fails, one passes with 3; the policy
+    has drifted from the reference by +0.5 nats on every token (a positive k1 KL). Returns the rollout's output."""
+    mask = torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0]])
+    ref = torch.full((4, 4), -1.0)
+    batch = {
+        "completion_ids": torch.ones(4, 4, dtype=torch.long),
+        "completion_mask": mask,
+        "old_per_token_logps": ref + 0.5,
+        "ref_per_token_logps": ref,
+    }
+    _rollout(monkeypatch, batch)
+    passed = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
+    trainer = _ppo(rewards_per_func=passed, **args)
+    trainer._critic_values = lambda critic, batch, batch_size=None: torch.zeros(4, 4)
+    return trainer._generate_and_score_completions([{}] * 4)
+
+
+def test_ppos_defaults_give_two_equally_rewarded_answers_the_same_advantage_whatever_their_length(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    """The SmolLM2 collapse's mechanism, closed by the defaults: with the KL in the reward (the old default, β
+    0.05, γ = 1) every token of a passing answer pays the penalty of every token after it, so the first token of
+    the 1-token answer gets a larger advantage than that of the 4-token one: a preference for the shorter of two
+    answers the tests cannot tell apart. PPOConfig's defaults (no KL term), and the KL in the loss, give both the
+    same. Fails on the defaults before 27c3361 (kl_coef 0.05 in the reward)."""
+    defaults = PPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
+    fields = ("kl_coef", "kl_in", "gamma", "lam", "advantage_normalization")
+    out = _two_passing_answers_of_different_lengths(monkeypatch, **{k: getattr(defaults, k) for k in fields})
+    adv = out["advantages"]
+    assert adv[0, 0].item() == pytest.approx(adv[1, 0].item(), abs=1e-6)
+    assert adv[0, 0].item() == pytest.approx(adv[3, 0].item(), abs=1e-6) and adv[0, 0] > 0 > adv[2, 0]
+    in_loss = _two_passing_answers_of_different_lengths(monkeypatch, kl_coef=0.05, kl_in="loss")["advantages"]
+    assert in_loss[0, 0].item() == pytest.approx(in_loss[1, 0].item(), abs=1e-6)
+    in_reward = _two_passing_answers_of_different_lengths(monkeypatch, kl_coef=0.05, kl_in="reward")[
+        "advantages"
+    ]
+    assert in_reward[1, 0] > in_reward[3, 0] > in_reward[0, 0] > 0  # the shorter, the larger
