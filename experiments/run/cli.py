@@ -429,6 +429,7 @@ def cmd_eval(argv: Sequence[str]) -> int:
             k: v for k, v in json.loads(record.read_text()).get("config", {}).items() if k in RUN_EVAL_KEYS
         }
         source = f"the run's {record}"
+        data.setdefault("stop_at_code_end", False)  # a run from before the stop generated to EOS or the cap
     else:
         data, source = {}, None
     if data:
@@ -530,6 +531,7 @@ RUN_EVAL_KEYS: tuple[str, ...] = (
     "style",
     "system_prompt",
     "model_generation_config",
+    "stop_at_code_end",
     "reward_timeout",
     "reward_memory_mb",
     "eval_n",

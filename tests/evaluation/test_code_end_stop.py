@@ -374,3 +374,18 @@ def test_vllm_gets_the_rules_stop_strings_and_refuses_masking_what_it_stops(tiny
     with pytest.raises(ConfigError, match=r"^mask_truncated_completions: vLLM returns a completion stopped"):
         parse_config([str(cpu), "--method", "dapo", "--use_vllm", "true"])
     parse_config([str(cpu), "--method", "dapo", "--use_vllm", "true", "--stop_at_code_end", "false"])
+
+
+def test_passk_eval_of_a_run_from_before_the_stop_scores_it_as_it_was_generated(
+    tmp_path, monkeypatch
+) -> None:
+    from experiments.run import cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_evaluate", lambda model, exp, ea, run_log, torch: seen.append(exp) or 0)
+    for name, config in (("old", {"n_eval": 3}), ("new", {"n_eval": 3, "stop_at_code_end": True})):
+        run = tmp_path / name
+        run.mkdir()
+        (run / "run.json").write_text(json.dumps({"config": config}))
+        assert cli.cmd_eval([str(run)]) == 0
+    assert [exp.stop_at_code_end for exp in seen] == [False, True]

@@ -190,6 +190,7 @@ NON_DEFAULT = {
     "style": "chat",
     "system_prompt": "Be brief.",
     "model_generation_config": True,
+    "stop_at_code_end": False,
     "reward_timeout": 1.5,
     "reward_memory_mb": 512,
     "eval_n": 6,
