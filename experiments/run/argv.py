@@ -22,6 +22,7 @@ import dataclasses
 import os
 import re
 import sys
+import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -171,6 +172,43 @@ def join_negative_values(args: Sequence[str]) -> list[str]:
     return out
 
 
+def list_fields(*classes: type) -> set[str]:
+    """The fields of the dataclasses `classes` that hold a list (`eval_ks`, `reward_funcs`, `report_to`, ...)."""
+    names = set()
+    for cls in classes:
+        try:
+            hints = typing.get_type_hints(cls)
+        except Exception:  # noqa: BLE001 - unresolvable annotations: no list fields known
+            continue
+        for f in dataclasses.fields(cls):
+            tp = hints.get(f.name)
+            union = typing.get_origin(tp) in (typing.Union, types.UnionType)
+            options = [o for o in (typing.get_args(tp) if union else (tp,)) if o is not type(None)]
+            # list alone (or with None): argparse takes several values; `str | list` takes one string
+            if options and all(typing.get_origin(o) is list or o is list for o in options):
+                names.add(f.name)
+    return names
+
+
+def split_list_values(args: Sequence[str], keys: set[str]) -> list[str]:
+    """`--eval_ks 1,10` (and `--eval_ks=1,10`) as `--eval_ks 1 10` for a list field of `keys`, the way `--methods`
+    and `--seeds` take commas; argparse would read "1,10" as one value and refuse it."""
+    out: list[str] = []
+    listing = False
+    for a in args:
+        name, eq, value = a[2:].partition("=") if a.startswith("--") else ("", "", "")
+        if name:
+            listing = name in keys and not eq
+            if name in keys and eq and "," in value:
+                out += [f"--{name}", *(v for v in value.split(",") if v)]
+                continue
+        elif listing and "," in a:
+            out += [v for v in a.split(",") if v]
+            continue
+        out.append(a)
+    return out
+
+
 def _as_bool(value: Any) -> bool:
     return str(value).strip().lower() in ("true", "1", "yes", "y", "t")
 
@@ -292,7 +330,7 @@ def parse_config(
         del data[key]
     check_types(data, (ExperimentArgs, config_cls), source)
 
-    cli = join_negative_values(cli)
+    cli = split_list_values(join_negative_values(cli), list_fields(ExperimentArgs, config_cls))
     explicit = set(data) | set(flag_keys(cli))
     parser = trl_parser_cls()((ExperimentArgs, config_cls), allow_abbrev=False)
     layered = {**PASSK_TRAINER_DEFAULTS, **dict(spec.defaults), **data}
@@ -332,6 +370,13 @@ def _one_line(e: BaseException, fields: Sequence[str] = ()) -> str:
         return (
             f"bf16: {first} On CPU set use_cpu: true, bf16: false, activation_checkpointing: false "
             f"(as experiments/configs/cpu.yaml does)."
+        )
+    batch = re.match(r"generation_batch_size \((\d+)\) must be divisible by num_generations \((\d+)\)", first)
+    if batch:  # TRL names the batch it derives; say which flags make it
+        return (
+            f"num_generations: the generation batch ({batch.group(1)} completions = per_device_train_batch_size x "
+            f"processes x steps_per_generation) is not divisible by num_generations ({batch.group(2)}); change "
+            "--num_generations or --per_device_train_batch_size"
         )
     if "generations per prompt" in first or "divisible by num_generations" in first:
         return f"num_generations: {first}"

@@ -13,7 +13,7 @@
                                                          pass@k of a model, run directory or checkpoint
     passk compare CONFIG [--methods all|a,b] [--out DIR] [--seed N | --seeds 0,1,2] [--key value ...]
                                                          every method on the budget in CONFIG, one report
-    passk demo [--out DIR] [--methods a,b,...]           all methods on CPU, tiny model, learnable task
+    passk demo [--out DIR] [--methods a,b,...]           the seven original methods on CPU, tiny model, learnable task
 
 CONFIG is a budget file: a YAML path or the name of a file in experiments/configs/ (seed, cpu, demo, smollm2,
 smollm2_learnable), shared by every method. `--key value` overrides any key (ExperimentArgs or the method's
@@ -52,7 +52,7 @@ from experiments.run.argv import (
     split_config_argv,
     trl_parser_cls,
 )
-from experiments.run.compare import REPO_ROOT, ComparisonInterrupted, child_env, compare
+from experiments.run.compare import REPO_ROOT, ComparisonInterrupted, check_run_dirs, child_env, compare
 from experiments.run.config import ExperimentArgs, config_path, method_spec
 from experiments.run.stopping import exit_status, sigterm_interrupts
 from experiments.run.validation import check_types, check_writable_dir
@@ -171,15 +171,17 @@ def cmd_train(argv: Sequence[str]) -> int:
         return launch(cmd)
     if nproc:
         raise CliError("--num_processes needs --accelerate_config")
-    from experiments.run.train import interrupted_message, run
+    from experiments.run.train import interrupted_message, nothing_to_resume, run
 
+    finished = nothing_to_resume(exp, cfg)
     try:
         out = run(exp, cfg)
     except KeyboardInterrupt as stopped:  # Ctrl-C or SIGTERM (experiments.run.stopping)
         # The command as typed (its CONFIG by name, not resolved to a path), plus --resume true.
         print(interrupted_message(list(argv), cfg), file=sys.stderr)
         return exit_status(stopped)
-    print(f"passk: run written to {out}")
+    if not finished:  # a finished run resumed: run said there was nothing to do
+        print(f"passk: run written to {out}")
     return 0
 
 
@@ -262,6 +264,15 @@ def _print_config(exp: Any, cfg: Any, *, show_all: bool = False) -> None:
     print(f"# OK: {exp.method} with {type(cfg).__name__}; nothing was loaded, no accelerator was touched")
 
 
+def _clip(text: str, width: int) -> str:
+    """`text`, or as many of its words as fit in `width` characters with "…" after them (never a cut word)."""
+    if len(text) <= width:
+        return text
+    head = text[: width - 1]
+    cut = head.rsplit(" ", 1)[0] if " " in head else head
+    return cut.rstrip(" ,;:(") + "…"
+
+
 def _help_line(name: str, value: Any, text: str, width: int = 34) -> str:
     """`  --name value   first sentence of the help` for the help screens."""
     from enum import Enum
@@ -270,8 +281,7 @@ def _help_line(name: str, value: Any, text: str, width: int = 34) -> str:
     shown = json.dumps(value, default=str) if isinstance(value, list | dict) else str(value)
     flag = f"  --{name} {shown}"
     first = " ".join(str(text or "").split())
-    first = first.split(". ")[0].rstrip(".")
-    first = first if len(first) <= 100 else first[:99] + "…"
+    first = _clip(first.split(". ")[0].rstrip("."), 100)
     return f"{flag:<{width}} {first}" if len(flag) < width else f"{flag}\n{'':<{width}} {first}"
 
 
@@ -293,7 +303,7 @@ def _configs_help() -> list[str]:
         first = next(
             (ln.lstrip("# ").strip() for ln in path.read_text().splitlines() if ln.startswith("#")), ""
         )
-        lines.append(f"  {path.stem:<18} {first[:90]}")
+        lines.append(f"  {path.stem:<18} {_clip(first, 90)}")
     return lines
 
 
@@ -447,6 +457,10 @@ def cmd_eval(argv: Sequence[str]) -> int:
             f"{key}: unknown option {rest[0]!r} for passk eval"
             + did_you_mean(key, [*ExperimentArgs.__dataclass_fields__, *EvalArgs.__dataclass_fields__])
         )
+    from experiments.inputs.data import looks_like_path
+
+    if looks_like_path(model) and not Path(model).expanduser().exists():
+        _model_folder(model)  # a missing folder: its one-line error, before the settings line
     told = sorted(set(flag_keys(args)) & set(RUN_EVAL_KEYS))
     print(
         f"passk eval: {exp.dataset} ({ea.split} split of split_seed {exp.split_seed}, {exp.n_eval} eval problems), "
@@ -664,7 +678,20 @@ def cmd_compare(argv: Sequence[str]) -> int:
         print(compare_interrupted_message("compare", argv, out, stopped), file=sys.stderr)
         return exit_status(stopped)
     print(f"passk: report written to {report}")
+    for line in report_verdict(report):
+        print(line)
     return 0
+
+
+def report_verdict(report: str | os.PathLike[str]) -> list[str]:
+    """The verdict the report leads with (report.md's "## Verdict" items), as console lines."""
+    try:
+        text = Path(report).read_text()
+    except OSError:
+        return []
+    section = text.split("## Verdict", 1)[1].split("\n## ", 1)[0] if "## Verdict" in text else ""
+    items = [line[2:] for line in section.splitlines() if line.startswith("- ")]
+    return ["verdict: " + item.replace("**", "") for item in items]
 
 
 PARENT_LOG = "passk.log"  # in DIR/logs: what the libraries log in the passk compare / demo process itself
@@ -704,9 +731,10 @@ def cmd_demo(argv: Sequence[str]) -> int:
         print(
             "usage: passk demo [--out DIR] [--methods a,b,...] [--jobs N] [--in_process] [--verbose] [--overwrite] "
             "[--key value ...]\n\n"
-            "Every method side by side on CPU: the tiny task model, warm-started once (cached) on the learnable\n"
-            f"task, then RL with each method on the budget experiments/configs/{DEMO_CONFIG}.yaml, two runs at a\n"
-            "time on two cores or more (--jobs). Ends with the report path; --overwrite replaces an earlier demo."
+            "The seven original methods side by side on CPU (ORIGINAL_METHODS; --methods all: every one): the tiny\n"
+            "task model, warm-started once (cached) on the learnable task, then RL with each method on the budget\n"
+            f"experiments/configs/{DEMO_CONFIG}.yaml, two runs at a time on two cores or more (--jobs). Ends with the\n"
+            "report path; --overwrite replaces an earlier demo."
         )
         return 0
     out = Path(str(_pop_flag(args, "out") or DEMO_OUT))
@@ -727,6 +755,7 @@ def cmd_demo(argv: Sequence[str]) -> int:
 
     setup_torch(exp, cfg)
     check_writable_dir(out, "--out")
+    check_run_dirs(config, out, methods, args)  # an earlier demo: refused before the warm start is built
     try:
         with _libraries_to(out / "logs" / PARENT_LOG):
             base = resolve_base_model(exp.model)
@@ -776,7 +805,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "train": "train one method (--method) on a budget file (+ --key value overrides)",
         "eval": "pass@k of a model, run directory or checkpoint",
         "compare": "run every method (--methods) on one budget file and seed, write one report",
-        "demo": "every method on CPU (tiny model, learnable task), ends with the report path",
+        "demo": "the seven original methods on CPU (tiny model, learnable task), ends with the report path",
     }
     for name, text in helps.items():
         sub.add_parser(name, help=text, add_help=False)

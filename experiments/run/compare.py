@@ -19,7 +19,7 @@ from typing import Any
 from experiments.errors import CliError, ConfigError
 from experiments.run.argv import overrides_for, parse_config
 
-__all__ = ["REPO_ROOT", "ComparisonInterrupted", "child_env", "compare"]
+__all__ = ["REPO_ROOT", "ComparisonInterrupted", "check_run_dirs", "child_env", "compare"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,6 +41,24 @@ class ComparisonInterrupted(KeyboardInterrupt):
     def __init__(self, done: Sequence[str], left: Sequence[str], signum: int = 2) -> None:
         super().__init__()
         self.done, self.left, self.signum = list(done), list(left), signum
+
+
+def check_run_dir(exp: Any, cfg: Any) -> None:
+    """`experiments.run.validation.check_output_dir` for a run of a comparison, whose folder the command's `--out`
+    names (there is no --output_dir to give it)."""
+    from experiments.run.validation import check_output_dir
+
+    try:
+        check_output_dir(exp, cfg)
+    except ConfigError as e:
+        raise ConfigError(str(e).replace("another --output_dir", "another --out")) from None
+
+
+def check_run_dirs(config: str, out: Path, methods: Sequence[str], overrides: Sequence[str] = ()) -> None:
+    """`check_run_dir` for each method's run of `config` in `out` (one seed): before anything is built for them."""
+    for method in methods:
+        own = overrides_for(method, overrides)[0]
+        check_run_dir(*parse_config([config, "--method", method, *own, "--output_dir", str(out / method)]))
 
 
 def _resume_plan(exp: Any, cfg: Any, argv: list[str]) -> tuple[str, list[str]]:
@@ -108,7 +126,6 @@ def compare(
     at a time, its output in `out/logs/<run>.log` and its progress on one console line (experiments.run.progress);
     `verbose` runs them one at a time with their output on the console, `in_process` in this process.
     """
-    from experiments.run.validation import check_output_dir
     from experiments.trainers import METHODS
 
     out = Path(out)
@@ -140,7 +157,7 @@ def compare(
                 str(out / name),
             ]
             exp, cfg = parse_config(argv)
-            check_output_dir(exp, cfg)  # fail before any run
+            check_run_dir(exp, cfg)  # fail before any run
             if exp.resume:
                 plans[name], argv = _resume_plan(exp, cfg, argv)
             runs.append((name, out / name, argv))

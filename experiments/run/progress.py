@@ -118,8 +118,9 @@ class ConsoleProgress(TrainerCallback):
             parts.append(f"held-out pass@1 {held_out['eval/pass@1']:.3f} (step {held_out.get('step', '?')})")
         elapsed = time.monotonic() - self._t0
         done_steps = step - self._start_step
-        if done:
-            parts.append(f"done in {format_duration(elapsed)}")
+        if done:  # a run stopped before its last step (Ctrl-C, SIGTERM) is not done
+            ended = "done in" if not total or step >= total else "stopped after"
+            parts.append(f"{ended} {format_duration(elapsed)}")
         elif done_steps > 0:
             per_step = elapsed / done_steps
             parts.append(f"{per_step:.1f} s/step")

@@ -350,6 +350,12 @@ def finished_run(out: str | os.PathLike, max_steps: int) -> bool:
     return trained >= max_steps > 0
 
 
+def nothing_to_resume(exp: ExperimentArgs, cfg: Any) -> bool:
+    """Whether this is a resume of a run that trained its budget (`finished_run`): `run` then trains nothing, says
+    so, and writes nothing."""
+    return bool(getattr(exp, "resume", False)) and finished_run(cfg.output_dir, cfg.max_steps)
+
+
 def _check_resume_point(resume_from: str, cfg: Any) -> int:
     """The checkpoint's step, refused when it lies past this run's max_steps (a smaller budget than it ran)."""
     step = _saved_step(resume_from)
@@ -477,7 +483,7 @@ def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunL
     state = PartialState()
     out = Path(cfg.output_dir)
     check_output_dir(exp, cfg)  # an earlier run's files: refused unless overwrite or resume
-    if exp.resume and finished_run(out, cfg.max_steps):
+    if nothing_to_resume(exp, cfg):
         # Nothing to train: TRL's own resume of a finished run would take one more step (its loop checks
         # max_steps only after a step), sampling past the budget.
         if state.is_main_process:
@@ -719,6 +725,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with sigterm_interrupts():  # also while the config is read and the libraries imported
             exp, cfg = parse_config(args)
+            finished = nothing_to_resume(exp, cfg)
             out = run(exp, cfg)
     except USER_ERRORS as e:
         print(f"passk: error: {e}", file=sys.stderr)
@@ -730,7 +737,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         return exit_status(stopped)
     end_process_group()
-    if main_rank:
+    if main_rank and not finished:  # a finished run resumed: run said there was nothing to do
         print(f"passk: run written to {out}")
     return 0
 

@@ -524,8 +524,10 @@ def test_the_budget_files_help_keeps_90_characters_of_each_files_first_comment()
     lines = cli._configs_help()[1:]
     for line, path in zip(lines, shipped_configs(), strict=True):
         first = next(ln.lstrip("# ").strip() for ln in path.read_text().splitlines() if ln.startswith("#"))
-        assert len(first) > 90  # every shipped file's comment is cut here
-        assert line == f"  {path.stem:<18} {first[:90]}"
+        assert len(first) > 90  # every shipped file's comment is cut here, after a whole word (issue 53)
+        shown = cli._clip(first, 90)
+        assert line == f"  {path.stem:<18} {shown}"
+        assert len(shown) <= 90 and shown.endswith("…") and first[len(shown) - 1] in " ,;:(."
 
 
 def test_only_the_method_is_shown_as_a_placeholder() -> None:
