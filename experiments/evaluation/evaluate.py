@@ -10,6 +10,10 @@ the bootstrap and the result containers, live in `experiments.evaluation.stats`)
   during and after training, written to a run's eval JSON.
 - `PassAtKCallback` runs `evaluate_model` every N optimizer steps inside a `transformers.Trainer`, logs
   `eval/*` scalars and keeps the best model in `<output_dir>/best`.
+- `CodeEndStop`, `stop_generation_at_code_end(trainer, style)`, `cut_at_code_end`: generation that stops where the
+  code ends (`rewards.extraction.code_ended`, the rule's one home), in evaluation (`stop_at_code_end`) and in every
+  trainer's generation paths (transformers' `generate`, continuous batching, vLLM's stop strings), with how each
+  training completion ended logged (`completions/cut_by_cap_frac`, `completion_ends.jsonl`).
 
 Sampling uses exactly the given temperature / top_p (top_k disabled, no repetition penalty), not whatever the
 model's `generation_config` carries, so before/after numbers of different checkpoints are comparable.
@@ -192,7 +196,6 @@ class _ArgmaxRows(LogitsProcessor):
         return scores
 
 
-
 # ---------------------------------------------------------------------------------------------------------------
 # Stopping at the end of the code (training and evaluation)
 # ---------------------------------------------------------------------------------------------------------------
@@ -209,7 +212,9 @@ class CodeEndStop(LogitsProcessor):
     among the logits processors: the earlier ones (the entropy meter, passk's log π recorder) then read the policy's
     own distribution at the forced position, and the forced EOS is trained on like any EOS (its log π is the
     policy's). The prompts are read from the first call's `input_ids` (left padding dropped), so one instance serves
-    one `generate` call. `ended[i]` says whether row i was ended by the rule.
+    one `generate` call; in completion style the prompt generation continues is the code prompt extraction prepends
+    (experiments.inputs.data.to_rl_rows). `ended[i]` says whether row i was ended by the rule. A completion whose
+    code ends at the token cap's last token has no room for the EOS and counts as cut by the cap.
     """
 
     def __init__(self, tokenizer: Any, eos_ids: Sequence[int], style: str = "completion") -> None:
@@ -239,7 +244,9 @@ class CodeEndStop(LogitsProcessor):
             self._finished = [False] * len(rows)
             return scores
         generated = input_ids[:, self.prompt_width :]
-        has_eos = torch.isin(generated, torch.tensor(self.eos_ids, device=generated.device)).any(dim=1).tolist()
+        has_eos = (
+            torch.isin(generated, torch.tensor(self.eos_ids, device=generated.device)).any(dim=1).tolist()
+        )
         stop = []
         for i, finished in enumerate(self._finished):
             if finished:
