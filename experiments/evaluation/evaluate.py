@@ -382,11 +382,20 @@ def _record_completion_ends(
     metrics["completions/cut_by_cap_frac"].append(((every == 2).sum() / n).item())
     metrics["completions/code_end_frac"].append(((every == 1).sum() + (every == 3).sum()).item() / n)
     if mode == "train" and trainer.accelerator.is_main_process:
-        line = {"step": int(trainer.state.global_step), "ends": [COMPLETION_ENDS[c] for c in every.tolist()]}
-        out = Path(trainer.args.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        with open(out / COMPLETION_ENDS_FILE, "a", encoding="utf-8") as f:
-            f.write(json.dumps(line) + "\n")
+        step = int(trainer.state.global_step)
+        path = Path(trainer.args.output_dir) / COMPLETION_ENDS_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not getattr(trainer, "_passk_completion_ends_opened", False):
+            # A resumed run samples again from its checkpoint's step: the lines the interrupted attempt wrote from
+            # there on describe completions no longer in the run.
+            trainer._passk_completion_ends_opened = True
+            if path.is_file():
+                kept = [
+                    ln for ln in path.read_text().splitlines() if ln.strip() and json.loads(ln)["step"] < step
+                ]
+                path.write_text("".join(ln + "\n" for ln in kept))
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": step, "ends": [COMPLETION_ENDS[c] for c in every.tolist()]}) + "\n")
 
 
 def _shared_prompt_cache(model: Any, input_ids: Any, attention_mask: Any, repeats: int) -> Any:
