@@ -389,3 +389,27 @@ def test_passk_eval_of_a_run_from_before_the_stop_scores_it_as_it_was_generated(
         (run / "run.json").write_text(json.dumps({"config": config}))
         assert cli.cmd_eval([str(run)]) == 0
     assert [exp.stop_at_code_end for exp in seen] == [False, True]
+
+
+def test_a_resumed_run_keeps_the_completion_ends_recorded_before_its_checkpoint(
+    tiny_model_dir, tmp_path
+) -> None:
+    from experiments.evaluation.evaluate import COMPLETION_ENDS_FILE, stop_generation_at_code_end
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    path = tmp_path / COMPLETION_ENDS_FILE
+    path.write_text("".join(json.dumps({"step": s, "ends": ["cap"]}) + "\n" for s in range(4)))
+    finished = tokenizer(BODY)["input_ids"] + [tokenizer.eos_token_id]
+    trainer = _stand_in_trainer(tmp_path, tokenizer, [finished])
+    trainer.state.global_step = 2  # resumed from checkpoint-2: steps 2 and 3 are sampled again
+    stop_generation_at_code_end(trainer, "completion")
+    trainer._generate_single_turn([[1]], None, {}, 1)
+    trainer.state.global_step = 3
+    trainer._generate_single_turn([[1]], None, {}, 1)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines == [
+        {"step": 0, "ends": ["cap"]},
+        {"step": 1, "ends": ["cap"]},
+        {"step": 2, "ends": ["eos"]},
+        {"step": 3, "ends": ["eos"]},
+    ]
