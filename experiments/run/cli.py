@@ -783,6 +783,8 @@ def cmd_demo(argv: Sequence[str]) -> int:
         return exit_status(stopped)
     print(f"passk demo: {len(methods)} methods in {time.time() - t0:.0f}s")
     print(f"passk demo: report: {report}")
+    for line in report_verdict(report):
+        print(line)
     return 0
 
 

@@ -135,3 +135,25 @@ def test_compare_prints_the_verdict_after_the_reports_path(tmp_path: Path) -> No
         "verdict: pass@1 (30 problems; before training 0.0%): best grpo, 10.0%."
     ]
     assert cli.report_verdict(tmp_path / "absent.md") == []
+
+
+def test_the_demo_ends_with_its_reports_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from experiments.learnable import warm_start
+
+    monkeypatch.setattr(warm_start, "warm_started_model", lambda *a, **k: "warm")
+    monkeypatch.setattr(warm_start, "warm_start_cached", lambda *a, **k: True)
+    monkeypatch.setattr(warm_start, "resolve_base_model", lambda name: "base")
+
+    def compare(config, out, **kw):
+        (out / "report.md").write_text("## Verdict\n\n- **pass@1** (8 problems): best **ppo**, 50.0%.\n")
+        return out / "report.md"
+
+    monkeypatch.setattr(cli, "compare", compare)
+    assert cli.cmd_demo(["--out", str(tmp_path), "--methods", "grpo,ppo"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2:] == [
+        f"passk demo: report: {tmp_path / 'report.md'}",
+        "verdict: pass@1 (8 problems): best ppo, 50.0%.",
+    ]
