@@ -621,12 +621,13 @@ CODE_END_STOP_STRINGS: tuple[str, ...] = (
 
 
 def _code_block_closed(text: str) -> bool:
-    """True when ``text`` holds a whole fenced block that :func:`extract_code` would read (tagged Python, or
-    untagged): the first such block has been closed."""
+    """True when ``text`` holds a whole fenced block that :func:`extract_code` would read (tagged Python, or an
+    untagged block of whole lines): the first such block has been closed. Inline triple backticks in prose
+    (```` ```x``` ````, no line break after the opening fence) do not count."""
     pieces = text.split(_FENCE)
     for i in range(1, len(pieces) - 1, 2):  # piece i is a block when a fence follows it
-        tag = _split_block(pieces[i])[0]
-        if tag == "" or tag in _PY_TAGS:
+        tag, _, lines = _split_block(pieces[i])
+        if tag in _PY_TAGS or (tag == "" and lines):
             return True
     return False
 

@@ -86,6 +86,11 @@ def test_chat_style_stops_at_the_end_of_the_first_python_block() -> None:
     other = "```bash\npip install x\n```\n" + block
     assert [p for p in _prefixes(other) if code_ended(None, p, "chat")][0] == other
     assert not code_ended(None, "def f():\n    return 1\n", "chat")  # no fence: EOS ends it
+    inline = "Call it as ```has_close_elements(x, 0.5)``` below.\n" + block
+    # Inline triple backticks in prose are no code block: the answer goes on to its Python block.
+    assert [p for p in _prefixes(inline) if code_ended(None, p, "chat")][0] == inline
+    untagged = "```\ndef has_close_elements(numbers, threshold):\n    return False\n```"
+    assert code_ended(None, untagged, "chat") and not code_ended(None, untagged[:-1], "chat")
 
 
 def test_the_stop_strings_for_engines_that_stop_on_strings_hold_the_rules_triggers() -> None:
