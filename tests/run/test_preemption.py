@@ -375,3 +375,75 @@ def test_sigterm_reaches_every_process_of_a_two_process_run(
     saved = Path(match.group(1))
     assert saved.parent == out and (saved / "trainer_state.json").is_file()
     assert int(saved.name.split("-")[1]) < 8
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("phase", "line"),
+    [
+        ("loading", None),  # 6 s in: reading the config, the data, the model (the libraries imported)
+        ("starting evaluation", "evaluating the starting model"),
+        ("final evaluation", "evaluating the trained model"),
+    ],
+)
+def test_sigterm_to_passk_train_at_each_phase_exits_143_in_one_line_and_resumes(
+    tmp_path: Path, passk_cache: Path, tiny_model_dir: Path, phase: str, line: str | None
+) -> None:
+    import threading
+
+    out = tmp_path / "run"
+    args = [
+        "train",
+        *_argv(tiny_model_dir, out, "--n_eval", "16", "--eval_n", "4", "--eval_max_new_tokens", "48"),
+    ]
+    args[1] = "cpu"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "experiments.run.cli", *args],
+        cwd=tmp_path,
+        env=_env(passk_cache),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    err: list[str] = []
+    seen = threading.Event()
+
+    def read() -> None:
+        for text in proc.stderr:
+            err.append(text)
+            if line is not None and line in text:
+                seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        if line is None:
+            time.sleep(6.0)
+        else:
+            assert seen.wait(300), "".join(err)[-2000:]
+        proc.send_signal(signal.SIGTERM)
+        stdout = proc.communicate(timeout=300)[0]
+        reader.join(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    said = "".join(err)
+    assert proc.returncode == 143, stdout[-2000:] + said[-2000:]
+    assert "Traceback" not in said
+    last = said.strip().splitlines()[-1]
+    if phase == "final evaluation":  # trained to the end and saved there: the resume finishes it
+        match = re.fullmatch(r"passk: interrupted; last checkpoint: (.+); resume with: (.+)", last)
+        assert match and Path(match.group(1)) == out / "checkpoint-2", last
+        resumed = subprocess.run(
+            [sys.executable, "-m", "experiments.run.cli", *shlex.split(match.group(2))[1:]],
+            cwd=tmp_path,
+            env=_env(passk_cache),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        assert json.loads((out / "run.json").read_text())["global_step"] == 2
+    else:  # nothing saved yet: one line says so
+        assert last.startswith(("passk: interrupted", "passk train: interrupted")), last
+        assert not (out / "run.json").exists()
