@@ -268,7 +268,7 @@ def test_seed_config_carries_the_seed_settings(no_model_loads: None) -> None:
         assert (
             cfg.shuffle_dataset is False and cfg.max_grad_norm == 0.0 and cfg.lr_scheduler_type == "constant"
         )
-    assert steps == {"reinforce": 60, "ppo": 120, "grpo": 60}
+    assert steps == {"reinforce": 60, "ppo": 60, "grpo": 60}
     exp, cfg = parse_config([str(path), "--method", "reinforce"], device_free=True)
     assert (cfg.logprob_temperature, cfg.loss_normalization) == (1.0, "token") and not exp.not_applicable
     # TRL's GRPO has neither option: parsed without them, and the run records that they did not apply.
@@ -302,7 +302,9 @@ def test_budget_prompts_sets_max_steps_and_refuses_both(tmp_path: Path, no_model
     cfg_file = write(tmp_path, text)
     assert parse_config([cfg_file, "--method", "grpo"])[1].max_steps == 4
     assert parse_config([cfg_file, "--method", "ppo"])[1].max_steps == 4
-    assert parse_config([cfg_file, "--method", "ppo", "--num_iterations", "2"])[1].max_steps == 8  # two epochs
+    assert (
+        parse_config([cfg_file, "--method", "ppo", "--num_iterations", "2"])[1].max_steps == 8
+    )  # two epochs
     with pytest.raises(ConfigError, match=r"^max_steps: derived per method from budget_prompts"):
         parse_config([cfg_file, "--method", "grpo", "--max_steps", "3"])
     assert (
