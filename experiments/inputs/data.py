@@ -135,6 +135,25 @@ def _load_with_datasets(path: Path, *args: Any, **kwargs: Any) -> Dataset:
     return loaded
 
 
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hugging Face hub (`HF_ENDPOINT`) cannot be reached, in a few words, or None when a TCP connection to
+    it opens within `timeout` seconds. A quick check, so that a machine without network fails in seconds rather
+    than after transformers' retries."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from huggingface_hub import constants
+
+    url = urlsplit(constants.ENDPOINT)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "", port), timeout=timeout):
+            return None
+    except OSError as e:
+        reason = e.strerror or str(e) or type(e).__name__
+        return f"the Hugging Face hub {constants.ENDPOINT} cannot be reached ({reason})"
+
+
 def _load_hub(name: str) -> Dataset:
     import datasets
 
@@ -144,8 +163,6 @@ def _load_hub(name: str) -> Dataset:
     )
     local = "a local file or folder (.jsonl, .jsonl.gz, .parquet, .json, .csv, ...)"
     if not offline:
-        from experiments.inputs.models import hub_unreachable
-
         unreachable = hub_unreachable()  # seconds, not datasets' minute of retries
         if unreachable is not None:
             raise DataError(

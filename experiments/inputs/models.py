@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.errors import ModelError
+from experiments.inputs.data import hub_unreachable
 from experiments.inputs.gguf_parts import PARTED_MODELS, PartedGGUF, assemble_gguf, locate_parts
 
 logger = logging.getLogger(__name__)
@@ -552,25 +553,6 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
                 f"Face cache ({constants.HF_HUB_CACHE}), or pass a local model folder{_stand_in_hint(name)}"
             )
     return name
-
-
-def hub_unreachable(timeout: float = 3.0) -> str | None:
-    """Why the Hugging Face hub (`HF_ENDPOINT`) cannot be reached, in a few words, or None when a TCP connection to
-    it opens within `timeout` seconds. A quick check, so that a machine without network fails in seconds rather
-    than after transformers' retries."""
-    import socket
-    from urllib.parse import urlsplit
-
-    from huggingface_hub import constants
-
-    url = urlsplit(constants.ENDPOINT)
-    port = url.port or (443 if url.scheme == "https" else 80)
-    try:
-        with socket.create_connection((url.hostname or "", port), timeout=timeout):
-            return None
-    except OSError as e:
-        reason = e.strerror or str(e) or type(e).__name__
-        return f"the Hugging Face hub {constants.ENDPOINT} cannot be reached ({reason})"
 
 
 def load_model_and_tokenizer(

@@ -436,9 +436,9 @@ def test_a_hub_failure_online_is_one_line(humaneval, monkeypatch, error: Excepti
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
-    from experiments.inputs import models
+    from experiments.inputs import data
 
-    monkeypatch.setattr(models, "hub_unreachable", lambda timeout=3.0: None)  # online: the hub answers
+    monkeypatch.setattr(data, "hub_unreachable", lambda timeout=3.0: None)  # online: the hub answers
 
     def fail(name, split):
         raise error
@@ -700,12 +700,12 @@ def test_a_folder_datasets_cannot_read_and_a_file_of_another_type_are_one_line(t
 
 
 def test_an_unreachable_hub_is_one_line_with_the_offline_alternative(monkeypatch):
-    from experiments.inputs import models
+    from experiments.inputs import data
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
     reason = "the Hugging Face hub https://huggingface.co cannot be reached (Name or service not known)"
-    monkeypatch.setattr(models, "hub_unreachable", lambda timeout=3.0: reason)
+    monkeypatch.setattr(data, "hub_unreachable", lambda timeout=3.0: reason)
     with pytest.raises(DataError) as info:
         load_problems("openai/openai_humaneval")
     assert str(info.value) == (
