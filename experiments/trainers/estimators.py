@@ -440,11 +440,13 @@ def explained_variance(
 ) -> float:
     """1 - Var[R - V] / Var[R]: 1 for a perfect critic, 0 for one that predicts a constant, < 0 if worse.
 
-    Returns NaN when the returns have zero variance (nothing to explain).
+    Returns NaN when the returns have no variance (nothing to explain), rounding included: returns formed as
+    A + V of equal scores differ by float error, and dividing by that variance logged -3e13 for a critic that
+    was fine.
     """
     if mask is None:
         mask = torch.ones_like(returns)
     var_returns = masked_var(returns, mask)
-    if var_returns.item() == 0.0:
+    if var_returns.item() <= 1e-10:
         return float("nan")
     return (1.0 - masked_var(returns - values, mask) / var_returns).item()

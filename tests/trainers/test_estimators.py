@@ -271,6 +271,17 @@ def test_explained_variance():
     assert explained_variance(torch.full_like(returns, 2.5), returns, mask) == pytest.approx(0.0)
     assert explained_variance(-returns, returns, mask) < 0
     assert math.isnan(explained_variance(returns, torch.ones(1, 4), mask))
+    # Every completion scores 1: GAE's returns (A + V, summed over tokens) are equal but for float error, and
+    # there is still nothing to explain (it logged -3e13 on SmolLM2 for a rollout where all 16 passed).
+    g = torch.Generator().manual_seed(0)
+    values = torch.randn(16, 48, generator=g) * 0.3 + 0.9
+    lengths = torch.randint(15, 48, (16,), generator=g)
+    m = (torch.arange(48)[None, :] < lengths[:, None]).float()
+    rewards = torch.zeros(16, 48)
+    rewards[torch.arange(16), lengths - 1] = 1.0
+    _, equal_returns = masked_gae(rewards, values * m, m, 1.0, 1.0)
+    assert 0 < masked_var(equal_returns, m).item() < 1e-12  # the error this guards against
+    assert math.isnan(explained_variance(values * m, equal_returns, m))
 
 
 def test_masked_whiten_and_mean():
