@@ -99,8 +99,8 @@ def test_every_method_samples_the_same_prompts_and_completions(seven_runs: dict[
     for method, got in seven_runs.items():
         generations = got["generations"]
         assert [p for g in generations for p in g["prompts"]] == prompts, method
-        # PPO: one rollout of all 8 prompts (4 minibatches), reused twice: the same samples, twice the steps.
-        batches, steps = ([16], 8) if method == "ppo" else ([4, 4, 4, 4], 4)
+        # PPO: one rollout of all 8 prompts (4 minibatches, one epoch): the same samples and steps.
+        batches, steps = ([16], 4) if method == "ppo" else ([4, 4, 4, 4], 4)
         assert [g["completions"] for g in generations] == batches, method
         budget = got["run"]["budget"]
         assert budget["fresh_prompts"] == BUDGET_PROMPTS and budget["fresh_completions"] == 2 * BUDGET_PROMPTS
@@ -127,7 +127,7 @@ def test_tokens_generated_agree_with_trls_logged_lengths(seven_runs: dict[str, d
 @pytest.mark.slow
 def test_run_json_carries_each_methods_hyperparameters(seven_runs: dict[str, dict]) -> None:
     hparams = {m: got["run"]["method_hparams"] for m, got in seven_runs.items()}
-    assert hparams["ppo"]["lam"] == 1.0 and hparams["ppo"]["num_iterations"] == 2
+    assert hparams["ppo"]["lam"] == 1.0 and hparams["ppo"]["num_iterations"] == 1
     assert hparams["ppo"]["critic_learning_rate"] == pytest.approx(CRITIC_LR_SCALE * 1e-3)
     assert hparams["grpo"]["beta"] == 0.04 and hparams["rloo"]["beta"] == 0.05
     assert hparams["reinforce"]["baseline"] == "batch_mean" and hparams["reinforce_kl"]["kl_coef"] == 0.05
@@ -314,7 +314,7 @@ def test_the_models_sampling_is_applied_in_training_and_evaluation(
 
 def test_derive_max_steps_on_each_methods_own_config(tmp_path: Path) -> None:
     """The budget on the configs the methods really build (4 completions per device, groups of 2 where the
-    method needs a group): PPO's rollout holds steps_per_generation (4) optimizer steps' worth for 2 epochs."""
+    method needs a group): PPO's rollout holds steps_per_generation (4) optimizer steps' worth for one epoch."""
     from experiments.trainers import ORIGINAL_METHODS, build_config
 
     one_per_prompt = {"vanilla_pg", "reinforce", "reinforce_kl", "ppo"}
@@ -323,7 +323,7 @@ def test_derive_max_steps_on_each_methods_own_config(tmp_path: Path) -> None:
         "reinforce": 8,
         "reinforce_kl": 8,
         "reinforce_rloo": 16,
-        "ppo": 16,
+        "ppo": 8,
         "grpo": 16,
     }
     expected["rloo"] = 16
@@ -338,7 +338,7 @@ def test_derive_max_steps_on_each_methods_own_config(tmp_path: Path) -> None:
         )
         assert derive_max_steps(32, cfg) == expected[method], method
         if method == "ppo":  # 16 prompts per rollout: 8 is not a whole rollout, 16 is one
-            assert (cfg.generation_batch_size, cfg.steps_per_generation, cfg.num_iterations) == (16, 4, 2)
-            assert derive_max_steps(16, cfg) == 8
+            assert (cfg.generation_batch_size, cfg.steps_per_generation, cfg.num_iterations) == (16, 4, 1)
+            assert derive_max_steps(16, cfg) == 4
             with pytest.raises(BudgetError, match=r"^budget_prompts: 8 is not a multiple of the 16 prompt"):
                 derive_max_steps(8, cfg)
