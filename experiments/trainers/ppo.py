@@ -268,9 +268,8 @@ class PPOConfig(GRPOConfig):
             raise ValueError(
                 f"PPOConfig sets its KL term with kl_coef (and kl_in); leave beta at 0 (got {self.beta})"
             )
-        self.beta = (
-            self.kl_coef
-        )  # only so that GRPOTrainer builds the reference model; never GRPO's loss term
+        # beta only so that GRPOTrainer builds the reference model; GRPO's own KL loss term is never added.
+        self.beta = self.kl_coef
         # GRPOConfig rejects num_generations=1 (its advantages need groups); PPO's do not.
         requested = self.num_generations
         if requested == 1:
@@ -378,8 +377,8 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
     - Logged per rollout: `ppo/adv_raw_mean`, `ppo/adv_raw_std` (before normalising), `ppo/adv_divisor` (what they
       were divided by: 1 if not, 0 if zeroed), `ppo/value_mean` against `ppo/return_mean`,
       `ppo/explained_variance`, `ppo/no_reward_variance` (its mean over a logging window is the share of rollouts
-      without reward variance); per step `ppo/vf_clipfrac`, `ppo/clipfrac`, `ppo/approx_kl`, `ppo/critic_warmup`; at a rollout's last
-      micro-batch `ppo/approx_kl_rollout_end`.
+      without reward variance); per step `ppo/vf_clipfrac`, `ppo/clipfrac`, `ppo/approx_kl`, `ppo/critic_warmup`;
+      at a rollout's last micro-batch `ppo/approx_kl_rollout_end`.
 
     Measured on SmolLM2 (benchmarks/results/smollm2/README.md, "PPO"; the synthetic learnable task, 60 prompts):
     with the KL penalty in the reward (the old default, β 0.05) PPO turned passing answers into stubs (held-out
