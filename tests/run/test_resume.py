@@ -394,7 +394,6 @@ def test_ppo_lora_critic_trains_only_its_adapter_and_head(
     from peft import LoraConfig
     from transformers import AutoTokenizer
 
-    import rewards
     from experiments.learnable.tasks import train_rows
     from experiments.trainers import build_config
     from experiments.trainers.ppo import PPOTrainer
@@ -404,9 +403,15 @@ def test_ppo_lora_critic_trains_only_its_adapter_and_head(
         output_dir=str(tmp_path),
         **(tiny_train_args | {"learning_rate": 1e-2}),
     )
+
+    def length_reward(completions: list[str], **kwargs) -> list[float]:
+        # returns that vary, so the critic has something to learn (the tiny model never passes a unit test, and
+        # PPO's default has no KL penalty to give it returns of its own)
+        return [(len(c) % 7) / 6.0 for c in completions]
+
     trainer = PPOTrainer(
         model=str(tiny_model_dir),
-        reward_funcs=[rewards.unit_test_reward],
+        reward_funcs=[length_reward],
         args=args,
         train_dataset=train_rows(64),
         processing_class=AutoTokenizer.from_pretrained(tiny_model_dir),
