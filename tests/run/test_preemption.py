@@ -406,6 +406,7 @@ def test_sigterm_to_passk_train_at_each_phase_exits_143_in_one_line_and_resumes(
         text=True,
     )
     err: list[str] = []
+    out_lines: list[str] = []
     seen = threading.Event()
 
     def read() -> None:
@@ -414,19 +415,27 @@ def test_sigterm_to_passk_train_at_each_phase_exits_143_in_one_line_and_resumes(
             if line is not None and line in text:
                 seen.set()
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    # Each pipe has one reader, to its end: communicate() would also read stderr, racing this thread for the
+    # last lines (it took the interrupt line under load).
+    readers = [
+        threading.Thread(target=read, daemon=True),
+        threading.Thread(target=lambda: out_lines.extend(proc.stdout), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
     try:
         if line is None:
             time.sleep(6.0)
         else:
             assert seen.wait(300), "".join(err)[-2000:]
         proc.send_signal(signal.SIGTERM)
-        stdout = proc.communicate(timeout=300)[0]
-        reader.join(10)
+        proc.wait(timeout=300)
+        for reader in readers:
+            reader.join(30)
     finally:
         if proc.poll() is None:
             proc.kill()
+    stdout = "".join(out_lines)
     said = "".join(err)
     assert proc.returncode == 143, stdout[-2000:] + said[-2000:]
     assert "Traceback" not in said
