@@ -587,6 +587,10 @@ def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunL
         from experiments.evaluation.evaluate import stop_generation_at_code_end
 
         stop_generation_at_code_end(trainer, exp.style)
+    # TRL's model card, written at each checkpoint save, names the starting model as passk does (not 'None').
+    from experiments.run.model_card import install_model_card
+
+    install_model_card(trainer, str(exp.model), exp.warm_start_steps)
     from experiments.run.budget import CHECKPOINT_SAMPLES_FILE, SAMPLES_FILE, SampleLog, generation_period
 
     previous = SampleLog.read(Path(resume_from) / CHECKPOINT_SAMPLES_FILE) if resume_from else []
