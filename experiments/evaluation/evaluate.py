@@ -31,7 +31,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -936,6 +936,10 @@ class PassAtKCallback(TrainerCallback):
         self.last_result_step: int | None = None
         self._last_step: int | None = None
         self._tb_writer: Any = None
+        # Set by the runner: whether training ended for Ctrl-C / SIGTERM. Such a run is not evaluated at its end:
+        # its checkpoint, saved before on_train_end, would not hold that evaluation (a resumed run then showed the
+        # one before it), and the run must exit within its grace period; the resumed run evaluates on schedule.
+        self.interrupted: Callable[[], bool] = lambda: False
 
     # -- hooks ------------------------------------------------------------------------------------------------
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
@@ -953,8 +957,8 @@ class PassAtKCallback(TrainerCallback):
         return control
 
     def on_train_end(self, args, state, control, **kwargs):  # noqa: D102
-        # Covers runs stopped early (control.should_training_stop) between two evaluation steps.
-        if self._last_step != state.global_step:
+        # Covers runs stopped early (control.should_training_stop) between two evaluation steps, unless interrupted.
+        if self._last_step != state.global_step and not self.interrupted():
             self._evaluate(args, state, **kwargs)
         if self._tb_writer is not None:
             self._tb_writer.close()

@@ -77,6 +77,11 @@ class ConsoleProgress(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: D102
         self._t0 = time.monotonic()
         self._start_step = state.global_step  # a resumed run starts past 0: its ETA counts from here
+        # A resumed run's first line shows what its checkpoint logged last, as the interrupted run's last line did.
+        for key in ("reward", "loss"):
+            value = next((e[key] for e in reversed(state.log_history) if key in e), None)
+            if isinstance(value, int | float) and math.isfinite(value):
+                self._values[key] = float(value)
         if state.is_world_process_zero:
             self._write(self._line(state), _fraction(state), final=False, force=True)
 

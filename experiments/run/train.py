@@ -619,6 +619,8 @@ def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunL
     else:
         try:
             with stop_at_step_end_on_ctrl_c(trainer, period, exp.sigterm_grace_s) as stop:
+                if periodic is not None:  # no evaluation at an interrupted run's end (PassAtKCallback)
+                    periodic.interrupted = lambda: stop.stopped
                 train_output = trainer.train(resume_from_checkpoint=resume_from)
         finally:
             logging.getLogger("transformers.trainer").removeFilter(tied)
