@@ -1,0 +1,235 @@
+"""Multi-turn repair through TRL on the tiny model: the loss reaches the model's own tokens and never the feedback's
+(GRPOTrainer's and ReinforceTrainer's), a training step and the evaluation run, PPO refuses in one line, and the
+token budget stops training."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+ROW = {
+    "task_id": "synth/plus/calc/x/79",
+    "prompt": [
+        {"role": "user", "content": 'Complete:\n```python\ndef calc(x):\n    """Return x plus 79."""\n```'}
+    ],
+    "code_prompt": 'def calc(x):\n    """Return x plus 79."""\n',
+    "test": "def check(candidate):\n    assert candidate(49) == 128\n    assert candidate(65) == 144\n"
+    "    assert candidate(84) == 163\n    assert candidate(158) == 237\n",
+    "entry_point": "calc",
+}
+
+
+def _call(code: str) -> str:
+    return (
+        "<tool_call>\n"
+        + json.dumps({"name": "run_tests", "arguments": {"code": code}})
+        + "\n</tool_call><|im_end|>"
+    )
+
+
+@pytest.fixture
+def tokenizer(tiny_model_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    from experiments.evaluation.repair import use_tool_template
+
+    return use_tool_template(AutoTokenizer.from_pretrained(tiny_model_dir))
+
+
+def _scripted(trainer: Any, tokenizer: Any, turns: list[str]) -> list[int]:
+    """Make every generation call return the next scripted turn for each of its rows (a random tiny model never
+    writes a tool call); returns the list the calls' row counts are appended to."""
+    calls: list[int] = []
+
+    def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        text = turns[min(len(calls), len(turns) - 1)]
+        calls.append(len(prompt_ids))  # one completion per row: TRL's rows are the rollouts already
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        return [list(ids) for _ in prompt_ids], None
+
+    trainer._generate_single_turn = generate
+    return calls
+
+
+def _feedback_and_model_tokens(trainer: Any, tokenizer: Any, out: dict) -> tuple[str, str]:
+    mask = (
+        trainer._loss_mask(out)
+        if hasattr(trainer, "_loss_mask")
+        else out["completion_mask"] * out["tool_mask"]
+    )
+    ids = out["completion_ids"][0].tolist()
+    real = out["completion_mask"][0].tolist()
+    feedback = [t for t, m, r in zip(ids, mask[0].tolist(), real) if r and not m]
+    own = [t for t, m, r in zip(ids, mask[0].tolist(), real) if r and m]
+    return tokenizer.decode(feedback), tokenizer.decode(own)
+
+
+def _gradient_on_tokens(trainer: Any, out: dict) -> torch.Tensor:
+    """d loss / d log π of each completion token, with every advantage 1."""
+    captured: dict[str, torch.Tensor] = {}
+    original = trainer._get_per_token_logps_and_entropies
+
+    def capture(*args: Any, **kwargs: Any) -> Any:
+        logps, *rest = original(*args, **kwargs)
+        logps.retain_grad()
+        captured["logps"] = logps
+        return (logps, *rest)
+
+    trainer._get_per_token_logps_and_entropies = capture
+    out = dict(out)
+    out["advantages"] = torch.ones_like(out["advantages"])
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps  # set by training_step
+    trainer.compute_loss(trainer.model, out).backward()
+    return captured["logps"].grad
+
+
+def _trainer(cls: Any, config: Any, model_dir: Path, tokenizer: Any, turns: int = 2) -> tuple[Any, Any]:
+    from datasets import Dataset
+
+    from rewards.repair import RepairReward, repair_environment
+
+    reward = RepairReward()
+    trainer = cls(
+        model=str(model_dir),
+        reward_funcs=[reward],
+        args=config,
+        train_dataset=Dataset.from_list([ROW] * 4),
+        processing_class=tokenizer,
+        environment_factory=repair_environment(max_turns=turns, visible="split:2"),
+    )
+    return trainer, reward
+
+
+def _config(cls: Any, tmp_path: Path, tiny_train_args: Any, **extra: Any) -> Any:
+    args = dict(tiny_train_args) | {
+        "per_device_train_batch_size": 2,
+        "num_generations": 2,
+        "max_completion_length": 1024,
+        "max_tool_calling_iterations": 2,
+        "max_steps": 1,
+        "report_to": "none",
+    }
+    return cls(output_dir=str(tmp_path), **(args | extra))
+
+
+@pytest.mark.parametrize("method", ["grpo", "reinforce_rloo"])
+def test_the_loss_reaches_the_models_tokens_and_never_the_feedback(
+    method: str, tmp_path: Path, tiny_model_dir: Path, tiny_train_args: Any, tokenizer: Any
+) -> None:
+    from experiments.trainers import METHODS, build_config
+
+    spec = METHODS[method]
+    config = build_config(
+        method, **(_config(dict, tmp_path, tiny_train_args) | {"output_dir": str(tmp_path)})
+    )
+    trainer, reward = _trainer(spec.trainer_cls, config, tiny_model_dir, tokenizer)
+    wrong, right = "def calc(x):\n    return x + 78", "def calc(x):\n    return x + 79"
+    calls = _scripted(trainer, tokenizer, [_call(wrong), _call(right), "Done.<|im_end|>"])
+    trainer.model.eval()
+    out = trainer._generate_and_score_completions([dict(trainer.train_dataset[0]) for _ in range(2)])
+    assert calls == [2, 2, 2]  # the first turn, then one regeneration per tool result
+    assert [r.final_passed for r in reward.last_records] == [True, True]
+    assert [r.first_passed for r in reward.last_records] == [False, False]
+    feedback, own = _feedback_and_model_tokens(trainer, tokenizer, out)
+    assert "returned 127" in feedback and "all 2 visible tests passed" in feedback
+    assert "returned" not in own and "visible" not in own
+    assert own.count("run_tests") == 2 and "Done." in own
+    grad = _gradient_on_tokens(trainer, out)
+    mask = out["completion_mask"] * out["tool_mask"]
+    feedback_positions = (out["completion_mask"] == 1) & (out["tool_mask"] == 0)
+    assert feedback_positions.any()
+    assert torch.all(grad[feedback_positions] == 0)
+    assert torch.all(grad[mask.bool()] != 0)
+
+
+def test_a_grpo_step_through_the_environment_logs_the_repair_metrics(
+    tmp_path: Path, tiny_model_dir: Path, tiny_train_args: Any, tokenizer: Any
+) -> None:
+    from trl import GRPOConfig, GRPOTrainer
+
+    config = _config(GRPOConfig, tmp_path, tiny_train_args)
+    trainer, _ = _trainer(GRPOTrainer, config, tiny_model_dir, tokenizer)
+    trainer.train()
+    logged = trainer.state.log_history[0]
+    assert trainer.state.global_step == 1
+    assert {"repair/final_pass", "repair/first_pass", "repair/sandbox_runs"} <= set(logged)
+
+
+def test_ppo_refuses_multi_turn_rollouts_in_one_line(
+    tmp_path: Path, tiny_model_dir: Path, tokenizer: Any
+) -> None:
+    from experiments.trainers import PPOConfig, PPOTrainer
+
+    with pytest.raises(ValueError, match="PPOTrainer cannot train multi-turn rollouts") as err:
+        _trainer(PPOTrainer, PPOConfig(output_dir=str(tmp_path), use_cpu=True), tiny_model_dir, tokenizer)
+    assert "\n" not in str(err.value)
+
+
+def test_evaluate_repair_scores_first_and_final_attempts(tiny_model_dir: Path, tokenizer: Any) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from experiments.evaluation import repair
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    rows = [ROW, {**ROW, "task_id": "other"}]
+    original = repair.repair_trainer
+
+    def scripted_trainer(*args: Any, **kwargs: Any) -> Any:
+        trainer, reward = original(*args, **kwargs)
+        wrong, right = "def calc(x):\n    return x + 78", "def calc(x):\n    return x + 79"
+        _scripted(trainer, tokenizer, [_call(wrong), _call(right), "Done.<|im_end|>"])
+        return trainer, reward
+
+    repair.repair_trainer = scripted_trainer
+    try:
+        result = repair.evaluate_repair(
+            model, tokenizer, rows, turns=2, n_samples=2, max_new_tokens=1024, batch_size=2, visible="split:2"
+        )
+        single = repair.evaluate_repair(
+            model, tokenizer, rows, turns=1, n_samples=2, max_new_tokens=1024, batch_size=2, visible="split:2"
+        )
+    finally:
+        repair.repair_trainer = original
+    m = result["metrics"]
+    assert (m["first_pass@1"]["value"], m["final_pass@1"]["value"], m["repair_rate"]["value"]) == (
+        0.0,
+        1.0,
+        1.0,
+    )
+    assert result["sandbox_runs"] == 4 * 2 * 2  # 4 rollouts x 2 submissions x 2 visible tests
+    assert result["tokens_generated"] > 0 and result["num_problems"] == 2
+    # One turn: the first submission is the answer; the rest of the script is never run.
+    assert single["metrics"]["final_pass@1"]["value"] == 0.0 and single["sandbox_runs"] == 4 * 2
+
+
+def test_the_token_budget_stops_training(tmp_path: Path, tiny_model_dir: Path, tiny_train_args: Any) -> None:
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from experiments.evaluation.repair import GeneratedTokenBudget
+    from rewards import unit_test_reward
+
+    config = GRPOConfig(
+        output_dir=str(tmp_path), **(dict(tiny_train_args) | {"max_steps": 5, "report_to": "none"})
+    )
+    budget = GeneratedTokenBudget(max_tokens=1, completions_per_step=8)
+    rows = [{k: v for k, v in ROW.items() if k != "prompt"} | {"prompt": ROW["code_prompt"]}] * 8
+    trainer = GRPOTrainer(
+        model=str(tiny_model_dir),
+        reward_funcs=[unit_test_reward],
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+        callbacks=[budget],
+    )
+    trainer.train()
+    assert trainer.state.global_step == 1 and budget.tokens >= 1
