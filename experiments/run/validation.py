@@ -260,7 +260,10 @@ def validate(exp: ExperimentArgs, cfg: Any, *, world_size: int | None = None) ->
         raise ConfigError("eval_ks: needs at least one k")
     bad_k = [k for k in exp.eval_ks if not 1 <= k <= exp.eval_n]
     if bad_k:
-        raise ConfigError(f"eval_ks: k={bad_k[0]} is outside 1..eval_n ({exp.eval_n})")
+        k, fix = bad_k[0], ""
+        if k > exp.eval_n:
+            fix = f"; raise --eval_n to {max(exp.eval_ks)} or leave k={k} out of --eval_ks"
+        raise ConfigError(f"eval_ks: k={k} is outside 1..eval_n ({exp.eval_n}){fix}")
     if not exp.eval_temperature > 0:
         raise ConfigError(f"eval_temperature: must be > 0, got {exp.eval_temperature}")
     if not 0 < exp.eval_top_p <= 1:

@@ -157,3 +157,19 @@ def test_the_demo_ends_with_its_reports_verdict(
         f"passk demo: report: {tmp_path / 'report.md'}",
         "verdict: pass@1 (8 problems): best ppo, 50.0%.",
     ]
+
+
+def test_eval_ks_past_eval_n_names_the_flag_that_allows_it() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config([CPU, "--method", "grpo", "--eval_ks", "1,10"], device_free=True)
+    assert str(info.value) == (
+        "eval_ks: k=10 is outside 1..eval_n (2); raise --eval_n to 10 or leave k=10 out of --eval_ks"
+    )
+    exp, _ = parse_config([CPU, "--method", "grpo", "--eval_ks", "1,10", "--eval_n", "10"], device_free=True)
+    assert exp.eval_ks == [1, 10]
+
+
+def test_train_help_says_the_demo_runs_the_seven_original_methods(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["train", "--help"]) == 0
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  demo ")]
+    assert "the seven original methods" in line and "every method" not in line, line
