@@ -414,6 +414,20 @@ class EvalArgs:
     split: str = field(
         default="eval", metadata={"help": "eval | train: which split of the dataset to score."}
     )
+    turns: int = field(
+        default=0,
+        metadata={
+            "help": "0: single-turn pass@k. N >= 1: multi-turn repair, up to N runs of the visible tests per "
+            "rollout (rewards.repair; docs/repair.md): pass@1 of the first and final answers, the repair rate."
+        },
+    )
+    visible: str = field(
+        default="prompt", metadata={"help": "With --turns: prompt | split:K, the tests run_tests runs."}
+    )
+    tool_template: bool = field(
+        default=False,
+        metadata={"help": "With --turns: give a ChatML model TRL's Qwen2.5 tool template (tiny, smollm2)."},
+    )
 
 
 def cmd_eval(argv: Sequence[str]) -> int:
@@ -422,7 +436,8 @@ def cmd_eval(argv: Sequence[str]) -> int:
         print(
             "usage: passk eval MODEL [--config CONFIG] [--out FILE] [--key value ...]\n\n"
             "MODEL: tiny | smollm2 | a model folder | a run's output_dir | a checkpoint-N folder | a hub id.\n"
-            "Keys: the data and eval_* keys of ExperimentArgs, plus out, seed, device, dtype, split."
+            "Keys: the data and eval_* keys of ExperimentArgs, plus out, seed, device, dtype, split, and for\n"
+            "multi-turn repair turns, visible, tool_template (docs/repair.md)."
         )
         return 0
     model = args.pop(0)
@@ -519,7 +534,10 @@ def _evaluate(model: str, exp: ExperimentArgs, ea: EvalArgs, run_log: Any, torch
         run_log.open(out.with_suffix(".log"))
     net, tokenizer = load_model_and_tokenizer(path, dtype, device)
     generation = eval_generation_kwargs(model_sampling(path)) if exp.model_generation_config else None
-    data = evaluate_to_file(net, tokenizer, rows, exp, ea.seed, out, generation)
+    if ea.turns:
+        data = _evaluate_repair(net, tokenizer, rows, exp, ea, out)
+    else:
+        data = evaluate_to_file(net, tokenizer, rows, exp, ea.seed, out, generation)
     # The model as the user named it (a passk name stays a name, not this machine's cache path) and, for a
     # folder passk built, what it was built from.
     data["model"] = model
@@ -533,6 +551,40 @@ def _evaluate(model: str, exp: ExperimentArgs, ea: EvalArgs, run_log: Any, torch
     summary = {k: v["value"] for k, v in data.get("metrics", {}).items()} if "metrics" in data else {}
     print(f"passk: {out}" + (f"  {summary}" if summary else ""))
     return 0
+
+
+def _evaluate_repair(
+    net: Any, tokenizer: Any, rows: Any, exp: ExperimentArgs, ea: EvalArgs, out: Path
+) -> dict:
+    """`passk eval --turns N`: the repair environment's evaluation with the config's sampling settings."""
+    from experiments.evaluation.evaluate import write_json
+    from experiments.evaluation.repair import evaluate_repair, use_tool_template
+
+    if ea.turns < 0:
+        raise ConfigError(f"turns: must be >= 0, got {ea.turns}")
+    if ea.tool_template:
+        use_tool_template(tokenizer)
+    try:
+        data = evaluate_repair(
+            net,
+            tokenizer,
+            rows,
+            turns=ea.turns,
+            n_samples=exp.eval_n,
+            temperature=exp.eval_temperature,
+            top_p=exp.eval_top_p,
+            max_new_tokens=exp.eval_max_new_tokens,
+            seed=ea.seed,
+            batch_size=exp.eval_batch_size,
+            visible=ea.visible,
+            timeout=exp.reward_timeout,
+            memory_mb=exp.reward_memory_mb,
+        )
+    except ValueError as e:  # a template without tools, a visible split the rows cannot give: one line
+        hint = "; for a ChatML model, pass --tool_template true" if "render tool calls" in str(e) else ""
+        raise ConfigError(f"--turns {ea.turns}: {e}{hint}") from None
+    write_json(out, data)
+    return data
 
 
 # The keys of a run's config that decide what `passk eval` scores and how: data, split, prompt style, sampling,

@@ -88,7 +88,9 @@ def _gradient_on_tokens(trainer: Any, out: dict) -> torch.Tensor:
     out = dict(out)
     out["advantages"] = torch.ones_like(out["advantages"])
     trainer.model.train()
-    trainer.current_gradient_accumulation_steps = trainer.args.gradient_accumulation_steps  # set by training_step
+    trainer.current_gradient_accumulation_steps = (
+        trainer.args.gradient_accumulation_steps
+    )  # set by training_step
     trainer.compute_loss(trainer.model, out).backward()
     return captured["logps"].grad
 
@@ -233,3 +235,21 @@ def test_the_token_budget_stops_training(tmp_path: Path, tiny_model_dir: Path, t
     )
     trainer.train()
     assert trainer.state.global_step == 1 and budget.tokens >= 1
+
+
+def test_passk_eval_turns_writes_the_repair_metrics(
+    tmp_path: Path, passk_cache: Path, monkeypatch: Any
+) -> None:
+    from experiments.errors import ConfigError
+    from experiments.run.cli import cmd_eval
+
+    monkeypatch.setenv("PASSK_CACHE", str(passk_cache))
+    common = ["--n_eval", "2", "--eval_n", "2", "--eval_max_new_tokens", "8", "--num_threads", "1"]
+    with pytest.raises(ConfigError, match=r"cannot render tool calls.*--tool_template true") as err:
+        cmd_eval(["tiny", "--turns", "2", *common, "--out", str(tmp_path / "refused.json")])
+    assert "\n" not in str(err.value)
+    out = tmp_path / "eval.json"
+    assert cmd_eval(["tiny", "--turns", "2", "--tool_template", "true", *common, "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert set(data["metrics"]) == {"final_pass@1", "first_pass@1", "repair_rate"}
+    assert data["settings"]["turns"] == 2 and data["model"] == "tiny" and data["tokens_generated"] > 0
