@@ -949,6 +949,16 @@ class PassAtKCallback(TrainerCallback):
                 "PassAtKCallback evaluates on the main process only; FSDP / ZeRO-3 shard the weights across ranks. "
                 "Evaluate saved checkpoints offline with experiments.evaluation.evaluate.evaluate_model."
             )
+        # A resumed run keeps the best model so far: best/ from a step the checkpoint has passed (a later one was
+        # trained by the interrupted attempt only). Without it the first evaluation after the resume replaced best/.
+        best = (self.output_dir or Path(args.output_dir)) / "best" / "eval.json"
+        if state.global_step > 0 and self.best_metric is None and best.is_file():
+            saved = json.loads(best.read_text())
+            if (
+                saved.get("metric") == self.metric
+                and saved.get("step", state.global_step + 1) <= state.global_step
+            ):
+                self.best_metric, self.best_step = saved["value"], saved["step"]
 
     def on_step_end(self, args, state, control, **kwargs):  # noqa: D102
         step = state.global_step

@@ -58,3 +58,6 @@ def test_the_first_line_after_a_resume_shows_the_interrupted_runs_last_pass_at_1
     # An uninterrupted run's evaluations, no more: the resumed run took step 6's on schedule.
     history = json.loads((out / "trainer_state.json").read_text())["log_history"]
     assert [e["step"] for e in history if "eval/pass@1" in e] == [3, 6, 9, 10]
+    # best/ is the uninterrupted run's: step 3's model, which no later evaluation beat (the first after the resume
+    # replaced it).
+    assert json.loads((out / "best" / "eval.json").read_text())["step"] == 3
