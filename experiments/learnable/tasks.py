@@ -41,6 +41,8 @@ __all__ = [
     "tokenizer_corpus",
     "train_problems",
     "train_rows",
+    "tuning_problems",
+    "tuning_rows",
 ]
 
 INT_ARGS = ("x", "n", "a", "b", "k", "m", "v", "y")
@@ -196,6 +198,21 @@ def train_rows(n: int | None = 3000, seed: int = 0):
 def heldout_rows(n: int | None = 500, seed: int = 0):
     """`n` held-out problems, shuffled by `seed`; the same `n` and `seed` always give the same rows."""
     return build_rows(_select(True, n, seed))
+
+
+def tuning_problems(n: int = 200, seed: int = 7, exclude: Sequence[Problem] = ()) -> list[Problem]:
+    """`n` training-split problems for choosing hyperparameters (the learning-rate search): drawn from the
+    training families only, never from the held-out ones, and none of `exclude` (the RL prompts and the warm
+    start's rows: `tuning_rows` passes them), so the criterion is measured on problems no run trained on."""
+    skip = {p.identity for p in exclude}
+    return [p for p in _select(False, None, seed) if p.identity not in skip][:n]
+
+
+def tuning_rows(n: int = 200, seed: int = 7, n_train: int = 3000, n_sft: int = 400):
+    """The rows of `tuning_problems`, excluding `train_problems(n_train)` (the RL rows, `train_rows`' defaults)
+    and the warm start's `sft_rows(n_sft)` problems."""
+    exclude = [*train_problems(n_train, seed=0), *train_problems(n_sft, seed=1)]
+    return build_rows(tuning_problems(n, seed, exclude))
 
 
 def sft_rows(n: int = 400, seed: int = 1):

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from experiments.errors import DataError
 from experiments.evaluation.scorer import check_same_scorer, scorer_key, scorer_text
 from experiments.evaluation.stats import (
     bootstrap_ci,
@@ -56,6 +57,46 @@ MDE_POWER = 0.8
 ATOL, RTOL = 1e-6, 1e-4
 COINCIDE_SHARE, COINCIDE_MIN_POINTS = 0.9, 3
 RATE_METRICS = ("greedy_pass@1", "pass@1", "first_sample_pass@1")  # the pass@k of the headline k joins them
+# What each trainer logs per optimizer step as the share of tokens (sequences, for GSPO's sequence-level ratio) its
+# clip or cap acted on, first found first: passk's PPOTrainer `ppo/clipfrac`; TRL 1.16's GRPOTrainer
+# (`_compute_loss`, loss types grpo, bnpo, dr_grpo, dapo) and RLOOTrainer `clip_ratio/region_mean`; GRPOTrainer's
+# loss_type "cispo" `cispo_clip_ratio` (the share whose weight hit the cap).
+CLIP_METRICS: tuple[str, ...] = ("ppo/clipfrac", "clip_ratio/region_mean", "cispo_clip_ratio")
+
+
+def clip_fraction(log_history: Sequence[Mapping[str, Any]]) -> tuple[str | None, float | None]:
+    """(metric, its mean over the logged steps) of the first `CLIP_METRICS` key the run logged, else (None, None)."""
+    for key in CLIP_METRICS:
+        _, vals = _series(log_history, key)
+        if vals:
+            return key, float(np.mean(vals))
+    return None, None
+
+
+def off_policy(budget: Mapping[str, Any]) -> bool | None:
+    """Whether a run took more than one optimizer step per generation batch (its budget's shape), so that its
+    importance ratio could leave 1 and a clip act; None when the budget does not record the shape."""
+    try:
+        micro = int(budget["steps_per_generation"]) * int(budget.get("num_iterations") or 1)
+        return micro > int(budget.get("gradient_accumulation_steps") or 1)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def check_one_logprob_temperature(runs: Sequence[Run]) -> None:
+    """Refuse, in one line, runs whose recorded log-prob temperatures (`method_hparams.logprob_temperature`)
+    differ: their policy gradients are of different distributions."""
+    temps = {
+        r.label: float(r.method_hparams["logprob_temperature"])
+        for r in runs
+        if (r.method_hparams or {}).get("logprob_temperature") is not None
+    }
+    if len(set(temps.values())) > 1:
+        listed = ", ".join(f"{label} {t:g}" for label, t in temps.items())
+        raise DataError(
+            f"report: these runs take log-probs at different temperatures ({listed}); train them again with one "
+            "logprob_temperature (the sampling temperature) or report them apart"
+        )
 
 
 def _headline_k(evals: Sequence[Mapping[str, Any]]) -> int | None:
@@ -301,6 +342,7 @@ def build_report(
             if r.phase(p) is not None
         }
     )
+    check_one_logprob_temperature(runs)
 
     all_evals = [r.phase(p) for r in runs for p in ("before", "after") if r.phase(p) is not None]
     k_all = _headline_k(all_evals)
@@ -719,6 +761,9 @@ def _run_row(run: Run, out_dir: str | os.PathLike) -> dict[str, Any]:
         "optimizer_steps": budget.get("optimizer_steps"),
         # the share of training completions the token cap cut (stop_at_code_end's `completions/cut_by_cap_frac`)
         "cut_by_cap_frac": _mean(_series(run.log_history or [], "completions/cut_by_cap_frac")[1]),
+        # the share of tokens its clip acted on, for a run that took several steps per generation batch (on-policy
+        # the ratio is 1 and the clip idle, so the key is left out)
+        **_clip_cells(run),
         "wall_time_s": run.wall_time_s,
         "train_tokens_per_s": run.tokens_per_s,
         "eval_n": ev.get("n"),
@@ -726,6 +771,13 @@ def _run_row(run: Run, out_dir: str | os.PathLike) -> dict[str, Any]:
         "method_hparams": run.method_hparams,
         "scorer": run.scorer("after") or run.scorer("before"),
     }
+
+
+def _clip_cells(run: Run) -> dict[str, Any]:
+    if not off_policy(run.budget):
+        return {}
+    key, value = clip_fraction(run.log_history or [])
+    return {"clip_fraction": value, "clip_metric": key}
 
 
 def _mean(values: Sequence[Any]) -> float | None:

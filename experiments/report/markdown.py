@@ -452,6 +452,9 @@ def _runs_table(report: Mapping[str, Any]) -> list[str]:
         "Eval n x problems",
         "Method hyperparameters",
     ]
+    clipped = any("clip_fraction" in r for r in rows)  # some run took several steps per generation batch
+    if clipped:
+        header.insert(header.index("Cut by the cap") + 1, "Clipped")
     if len(models) > 1:
         header.insert(3, "Model")
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -471,6 +474,8 @@ def _runs_table(report: Mapping[str, Any]) -> list[str]:
             evals,
             _fmt_hparams(r["method_hparams"]),
         ]
+        if clipped:
+            cells.insert(header.index("Clipped") - (len(models) > 1), _fmt_clip(r))
         if len(models) > 1:
             cells.insert(3, r["model"] or "—")
         lines.append("| " + " | ".join(cells) + " |")
@@ -479,7 +484,23 @@ def _runs_table(report: Mapping[str, Any]) -> list[str]:
         "(`completions/cut_by_cap_frac`; a completion stopped at the end of its code is not cut); — where a run did "
         "not log it."
     )
+    if clipped:
+        cap += (
+            " Clipped: the mean share of tokens (of sequences, for a sequence-level ratio) whose importance ratio the "
+            "clip cut, or whose weight hit CISPO's cap, per optimizer step (the metric in brackets: TRL's "
+            "`clip_ratio/region_mean` or `cispo_clip_ratio`, PPO's `ppo/clipfrac`), for the runs that took several "
+            "optimizer steps per generation batch; on-policy (one step per batch) the ratio is 1 and the clip idle "
+            "(—)."
+        )
     return lines + ["", cap, ""]
+
+
+def _fmt_clip(row: Mapping[str, Any]) -> str:
+    if "clip_fraction" not in row:
+        return "— (on-policy)"
+    if row["clip_fraction"] is None:
+        return "— (not logged)"
+    return f"{row['clip_fraction']:.1%} ({row['clip_metric']})"
 
 
 def _coincidence_section(report: Mapping[str, Any]) -> list[str]:
