@@ -243,7 +243,11 @@ def _function_problem(row: dict[str, Any], options: RepairOptions, nonce: str) -
             )
         shown, rest = asserts[:k], asserts[k:]
         hidden["test"] = _wrap(rest, setup, in_check)
-        visible = [_Visible(s, _wrap([_probe(s, nonce)], setup, in_check)) for s in shown]
+        # The model is shown the call by the function's name, as the prompt names it.
+        named = [
+            re.sub(r"\bcandidate\(", f"{entry_point}(", s) if in_check and entry_point else s for s in shown
+        ]
+        visible = [_Visible(n, _wrap([_probe(s, nonce)], setup, in_check)) for n, s in zip(named, shown)]
     else:
         text = _normalized(prompt_text(prompt) + "\n" + (code_prompt or ""))
         quoted = [a for a in asserts if _normalized(a) in text]

@@ -181,7 +181,7 @@ def test_the_final_answer_first_attempt_and_repair_rate() -> None:
 
 def test_split_scores_only_the_held_out_asserts() -> None:
     env = _env(visible="split:1")
-    assert env.problem.visible[0].shown == "assert candidate(1) == 4"
+    assert env.problem.visible[0].shown == "assert add3(1) == 4"  # the function's name, not check's argument
     # Passes the visible assert only: the hidden two fail.
     report = env.run_tests("def add3(x):\n    return 4")
     assert "all 1 visible test passed" in report
