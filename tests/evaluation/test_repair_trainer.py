@@ -253,3 +253,19 @@ def test_passk_eval_turns_writes_the_repair_metrics(
     data = json.loads(out.read_text())
     assert set(data["metrics"]) == {"final_pass@1", "first_pass@1", "repair_rate"}
     assert data["settings"]["turns"] == 2 and data["model"] == "tiny" and data["tokens_generated"] > 0
+
+
+def test_the_docs_script_runs_as_written(tmp_path: Path, passk_cache: Path) -> None:
+    import re
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    page = (repo / "docs" / "repair.md").read_text()
+    (script,) = re.findall(r"^## In a TRL script\n.*?^```python\n(.*?)^```$", page, flags=re.S | re.M)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(repo))
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "repair steps: 1" in proc.stdout.splitlines()
