@@ -15,6 +15,8 @@ from types import SimpleNamespace
 import pytest
 
 from experiments.errors import DataError
+from experiments.evaluation.scorer import scorer_stamp
+from experiments.evaluation.stats import EvalResult, ProblemResult, summarize
 from experiments.learnable import study
 from experiments.learnable.tasks import (
     build_row,
@@ -172,11 +174,6 @@ def test_budget_views_say_whether_fresh_samples_and_optimizer_steps_are_equal(be
 
 
 def _report_run(path: Path, method: str, budget: dict, log: list[dict], temperature: float = 1.0) -> Path:
-    sys.path.insert(0, str(ROOT / "tests" / "report"))
-    from test_scorer_and_recompute import _eval
-
-    from experiments.evaluation.scorer import scorer_stamp
-
     path.mkdir(parents=True)
     meta = {
         "method": method,
@@ -190,6 +187,30 @@ def _report_run(path: Path, method: str, budget: dict, log: list[dict], temperat
     (path / "eval_after.json").write_text(json.dumps(_eval([2] * 20, scorer_stamp())))
     (path / "trainer_state.json").write_text(json.dumps({"log_history": log}))
     return path
+
+
+def _eval(correct: list[int], scorer: dict) -> dict:
+    """An eval record of 20 problems, 4 samples each, `correct` of them passing."""
+    problems = [
+        ProblemResult(f"t{i}", 4, c, [1.0] * c + [0.0] * (4 - c), c > 1, "x", 0)
+        for i, c in enumerate(correct)
+    ]
+    passk, greedy, avg = summarize(problems, ks=(1, 4))
+    settings = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 16, "greedy": True, "seed": 0}
+    return EvalResult(
+        passk,
+        greedy,
+        avg,
+        len(problems),
+        4,
+        [1, 4],
+        100,
+        1.0,
+        1.0,
+        problems,
+        settings=settings,
+        scorer=scorer,
+    ).to_dict()
 
 
 OFF = {"steps_per_generation": 5, "num_iterations": 1, "gradient_accumulation_steps": 1}
