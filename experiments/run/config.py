@@ -106,6 +106,10 @@ class ExperimentArgs:
             run.json's `screen` (experiments.inputs.screening). 0: no screen.
         screen_band (`list[float]`, defaults to `[0.1, 0.9]`): The pass rates kept, both ends included (with
             screen_n 4: 1 to 3 passes).
+        vllm_dtype (`str`, defaults to `"auto"`): The dtype of a colocated vLLM engine (`use_vllm`, `vllm_mode:
+            colocate`), which TRL builds from the model folder's own dtype. "auto": on vLLM's CPU backend, float32
+            when the host has no AVX512-BF16 (bfloat16 decoding ran 4.7x slower there), else the folder's dtype;
+            any other value ("float32", "bfloat16", ...) is passed to vLLM (experiments.trainers.vllm_cpu).
 
     > Reward
 
@@ -198,6 +202,12 @@ class ExperimentArgs:
     screen_band: list[float] = field(
         default_factory=lambda: [0.1, 0.9],
         metadata={"help": "Screen: the pass rates kept, [low, high], both included."},
+    )
+    vllm_dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "Colocated vLLM engine dtype: auto (CPU without AVX512-BF16: float32) | float32 | ..."
+        },
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["unit_test"],

@@ -573,20 +573,30 @@ def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunL
         periodic = PassAtKCallback(eval_rows, tokenizer=tokenizer, every_n_steps=exp.eval_every_n_steps, **kw)
         callbacks.append(periodic)
 
-    trainer = spec.trainer_cls(
-        model=model_path,
-        reward_funcs=reward_funcs,
-        args=cfg,
-        train_dataset=train_rows,
-        eval_dataset=None,
-        processing_class=tokenizer,
-        peft_config=peft_config,
-        callbacks=callbacks,
-    )
+    from experiments.trainers.vllm_cpu import check_cpu_attention, engine_dtype, host_dtype
+
+    colocated = getattr(cfg, "use_vllm", False) and getattr(cfg, "vllm_mode", "") == "colocate"
+    if colocated:
+        check_cpu_attention(model_path)
+    with engine_dtype(host_dtype(exp.vllm_dtype) if colocated else None):
+        trainer = spec.trainer_cls(
+            model=model_path,
+            reward_funcs=reward_funcs,
+            args=cfg,
+            train_dataset=train_rows,
+            eval_dataset=None,
+            processing_class=tokenizer,
+            peft_config=peft_config,
+            callbacks=callbacks,
+        )
     if exp.stop_at_code_end:  # every completion ends where its code ends (experiments.evaluation.evaluate)
         from experiments.evaluation.evaluate import stop_generation_at_code_end
 
         stop_generation_at_code_end(trainer, exp.style)
+    if colocated:  # a CPU engine takes its syncs by vLLM's reload (experiments.trainers.vllm_cpu)
+        from experiments.trainers.vllm_cpu import install_cpu_vllm_sync
+
+        install_cpu_vllm_sync(trainer)
     # TRL's model card, written at each checkpoint save, names the starting model as passk does (not 'None').
     from experiments.run.model_card import install_model_card
 
@@ -712,7 +722,12 @@ def end_process_group() -> None:
         # A finished trainer lives on in reference cycles, its FSDP/DDP state holding the groups and tensors the
         # gloo threads touch: free it while the interpreter and the group are alive, not at interpreter exit.
         gc.collect()
-        dist.destroy_process_group()  # not accelerate's PartialState(): that would build its state if none yet
+        vllm_groups = sys.modules.get("vllm.distributed.parallel_state")
+        if vllm_groups is not None:  # a colocated engine's groups and ours, else its exit hook fails on them
+            vllm_groups.destroy_model_parallel()
+            vllm_groups.destroy_distributed_environment()
+        if dist.is_initialized():
+            dist.destroy_process_group()  # not accelerate's PartialState(): that would build its state if none yet
 
 
 def main(argv: Sequence[str] | None = None) -> int:
