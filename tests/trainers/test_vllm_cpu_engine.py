@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -106,7 +107,86 @@ def test_passk_trains_with_the_colocated_cpu_engine(tmp_path):
     assert "Traceback" not in result["tail"], result["tail"]
 
 
+def test_top_p_moves_the_engines_log_probs_off_the_policys(tmp_path):
+    """Why TRL's importance-sampling ratio sits below 1 with top-p < 1 and no staleness: vLLM's processed
+    log-probabilities are the top-p-renormalised distribution's, the trainer's the whole vocabulary's."""
+    if not _engine_on_cpu():
+        pytest.skip("this vLLM runs on an accelerator")
+    result = _run_child(tmp_path, "top_p")
+    assert result["at_top_p_1"]["gap_full"] < 0.1, result  # no truncation: the two agree
+    truncated = result["at_top_p_0.9"]
+    assert truncated["gap_renormalised"] < 0.1, result  # the engine reports the renormalised distribution ...
+    assert truncated["gap_full"] > truncated["gap_renormalised"] + 0.02, result  # ... not the full one
+    assert truncated["token_ratio_mean"] < 1.0, result
+
+
 # ------------------------------------------------------------------------------------------ the child process
+
+
+def _log_probs(
+    llm, model, tokenizer, prompt: str, temperature: float, top_p: float
+) -> list[tuple[float, ...]]:
+    """(engine, policy over the vocabulary, policy renormalised over the top-p set) log-probabilities of 4 x 16
+    tokens the engine samples after `prompt`, all at `temperature`."""
+    import torch
+    from vllm import SamplingParams
+
+    ids = tokenizer(prompt)["input_ids"]
+    params = SamplingParams(n=4, temperature=temperature, top_p=top_p, max_tokens=16, logprobs=0, seed=0)
+    out = llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)[0]
+    rows = []
+    for sample in out.outputs:
+        tokens = list(sample.token_ids)
+        with torch.no_grad():
+            logits = model(torch.tensor([ids + tokens])).logits[0, len(ids) - 1 : -1].float() / temperature
+        full = torch.log_softmax(logits, -1)
+        probs, order = full.exp().sort(-1, descending=True)
+        kept = (probs.cumsum(-1) - probs) < top_p  # the smallest prefix whose mass reaches top_p
+        mass = torch.zeros_like(full).scatter(-1, order, probs * kept).sum(-1)
+        for i, token in enumerate(tokens):
+            rows.append(
+                (
+                    sample.logprobs[i][token].logprob,
+                    full[i, token].item(),
+                    full[i, token].item() - mass[i].log().item(),
+                )
+            )
+    return rows
+
+
+def _child_top_p(out: Path) -> None:
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from experiments.inputs.models import smollm2_path
+
+    args = GRPOConfig(
+        output_dir=str(out.parent / "trainer"), use_cpu=True, bf16=False, use_vllm=True, vllm_mode="colocate",
+        vllm_max_model_length=256, per_device_train_batch_size=2, num_generations=2, max_steps=1, report_to=[],
+    )  # fmt: skip
+    trainer = GRPOTrainer(
+        model=str(smollm2_path()),
+        reward_funcs=lambda completions, **kwargs: [0.0] * len(completions),
+        args=args,
+        train_dataset=Dataset.from_list([{"prompt": "def add(a, b):\n"}] * 4),
+    )
+    result = {}
+    for top_p in (1.0, 0.9):
+        rows = _log_probs(
+            trainer.vllm_generation.llm,
+            trainer.model,
+            trainer.processing_class,
+            "def add(a, b):\n",
+            0.8,
+            top_p,
+        )
+        result[f"at_top_p_{top_p:g}"] = {
+            "tokens": len(rows),
+            "gap_full": sum(abs(e - f) for e, f, _ in rows) / len(rows),
+            "gap_renormalised": sum(abs(e - r) for e, _, r in rows) / len(rows),
+            "token_ratio_mean": sum(math.exp(f - e) for e, f, _ in rows) / len(rows),
+        }
+    out.write_text(json.dumps(result))
 
 
 def _gap(llm, model, tokenizer, prompt: str) -> float:
@@ -210,4 +290,9 @@ def _child_train(out: Path) -> None:
 
 if __name__ == "__main__":
     target, what, *rest = sys.argv[1:]
-    {"sync": lambda: _child_sync(Path(target), *rest), "train": lambda: _child_train(Path(target))}[what]()
+    children = {
+        "sync": lambda: _child_sync(Path(target), *rest),
+        "train": lambda: _child_train(Path(target)),
+        "top_p": lambda: _child_top_p(Path(target)),
+    }
+    children[what]()
