@@ -2,9 +2,10 @@
 
 - every fenced block of the README, in order, is one this file checks (a new block fails until it gets a check);
 - the two set-up commands are the ones `.ci/run` runs, with extras and a console script pyproject.toml has;
-- the first two quick starts (rewards scored through `.score`, two GRPOTrainer steps; PPOTrainer, ReinforceTrainer
-  and a METHODS row in GRPOTrainer's place) print what the README says, and `trl grpo` trains on their output;
-- the third quick start's `passk compare` writes its report;
+- the first three quick starts (rewards scored through `.score`, two GRPOTrainer steps; PPOTrainer, ReinforceTrainer
+  and a METHODS row in GRPOTrainer's place; two GRPO steps through the repair environment) print what the README
+  says, and `trl grpo` trains on their output;
+- the fourth quick start's `passk compare` writes its report;
 - the methods table is `METHODS`, docs/methods.md's hyperparameters are `build_config`'s and its sources the
   papers `METHODS` names, the stdin/stdout reward example of docs/rewards.md prints the values in its comments;
 - every relative link of the README and docs/ reaches a file (and its heading), and every path of the layout
@@ -33,6 +34,7 @@ FENCE = re.compile(r"^```(\w*)\n(.*?)^```$", flags=re.S | re.M)
 INSTALL = "## Installation"
 QS_REWARD = "### A passk reward in TRL's GRPOTrainer"
 QS_DROP_IN = "### PPO and REINFORCE as drop-ins for GRPOTrainer"
+QS_REPAIR = "### Multi-turn repair: the model runs its tests and tries again"
 QS_COMPARE = "### Comparing methods: `passk compare`"
 # The README's fenced blocks, in order, by section and language: each is checked by a test below.
 EXPECTED_BLOCKS = [
@@ -42,6 +44,7 @@ EXPECTED_BLOCKS = [
     (QS_REWARD, ""),  # what it prints: the same
     (QS_REWARD, "bash"),  # trl grpo: the same
     (QS_DROP_IN, "python"),  # the same
+    (QS_REPAIR, "python"),  # the same
     (QS_COMPARE, "bash"),  # test_passk_compare_runs_as_written
 ]
 
@@ -201,8 +204,9 @@ def test_the_layout_table_names_paths_that_exist() -> None:
 def test_the_quick_starts_run_as_written(tmp_path: Path) -> None:
     (example,) = _blocks(QS_REWARD, "python")
     (drop_in,) = _blocks(QS_DROP_IN, "python")
+    (repair,) = _blocks(QS_REPAIR, "python")
     (printed,) = _blocks(QS_REWARD, "")
-    (tmp_path / "example.py").write_text(example + "\n" + drop_in)
+    (tmp_path / "example.py").write_text(example + "\n" + drop_in + "\n" + repair)
     proc = subprocess.run(
         [sys.executable, "example.py"], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600
     )
@@ -228,6 +232,8 @@ def test_the_quick_starts_run_as_written(tmp_path: Path) -> None:
         and (tmp_path / "rloo-out").is_dir()
         and (tmp_path / "kl-out").is_dir()
     )
+    # The repair environment's two GRPO steps, through TRL's environment_factory.
+    assert "repair steps: 2" in lines
 
     (command,) = [b for b in _blocks(QS_REWARD, "bash") if "trl grpo" in b]
     command = _command(command)
