@@ -951,8 +951,10 @@ class PassAtKCallback(TrainerCallback):
             )
         # A resumed run keeps the best model so far: best/ from a step the checkpoint has passed (a later one was
         # trained by the interrupted attempt only). Without it the first evaluation after the resume replaced best/.
+        if state is None or state.global_step == 0 or self.best_metric is not None:
+            return
         best = (self.output_dir or Path(args.output_dir)) / "best" / "eval.json"
-        if state.global_step > 0 and self.best_metric is None and best.is_file():
+        if best.is_file():
             saved = json.loads(best.read_text())
             if (
                 saved.get("metric") == self.metric
