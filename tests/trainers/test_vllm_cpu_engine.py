@@ -100,10 +100,10 @@ def test_passk_trains_with_the_colocated_cpu_engine(tmp_path):
         pytest.skip("this vLLM runs on an accelerator")
     result = _run_child(tmp_path, "train")
     assert result["returncode"] == 0, result["tail"]
-    assert result["steps"] == 2, result
+    assert result["steps"] == 4, result  # 4 fresh prompts, one prompt x 2 completions per step
     assert result["use_vllm"] is True, result
     # every completion came from the engine and was recorded with how it ended
-    assert result["completions"] == 2 * 2 * 2, result
+    assert result["completions"] == 4 * 2, result
     assert "Traceback" not in result["tail"], result["tail"]
 
 
