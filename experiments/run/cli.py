@@ -428,6 +428,13 @@ class EvalArgs:
         default=False,
         metadata={"help": "With --turns: give a ChatML model TRL's Qwen2.5 tool template (tiny, smollm2)."},
     )
+    engine: str = field(
+        default="transformers",
+        metadata={
+            "help": "transformers | vllm: what generates (vllm: vLLM's engine, on a CPU its CPU build; the same "
+            "sampling settings, other random draws, no entropy; compare records of one engine)."
+        },
+    )
 
 
 def cmd_eval(argv: Sequence[str]) -> int:
@@ -436,7 +443,7 @@ def cmd_eval(argv: Sequence[str]) -> int:
         print(
             "usage: passk eval MODEL [--config CONFIG] [--out FILE] [--key value ...]\n\n"
             "MODEL: tiny | smollm2 | a model folder | a run's output_dir | a checkpoint-N folder | a hub id.\n"
-            "Keys: the data and eval_* keys of ExperimentArgs, plus out, seed, device, dtype, split, and for\n"
+            "Keys: the data and eval_* keys of ExperimentArgs, plus out, seed, device, dtype, split, engine, and for\n"
             "multi-turn repair turns, visible, tool_template (docs/repair.md)."
         )
         return 0
@@ -532,10 +539,23 @@ def _evaluate(model: str, exp: ExperimentArgs, ea: EvalArgs, run_log: Any, torch
     out.parent.mkdir(parents=True, exist_ok=True)
     if run_log is not None:
         run_log.open(out.with_suffix(".log"))
+    if ea.engine not in ("transformers", "vllm"):
+        raise ConfigError(f"engine: must be transformers or vllm, got {ea.engine!r}")
+    if ea.engine == "vllm" and ea.turns:
+        raise ConfigError("engine: vllm is for single-turn pass@k; --turns evaluates with transformers")
     net, tokenizer = load_model_and_tokenizer(path, dtype, device)
     generation = eval_generation_kwargs(model_sampling(path)) if exp.model_generation_config else None
     if ea.turns:
         data = _evaluate_repair(net, tokenizer, rows, exp, ea, out)
+    elif ea.engine == "vllm":
+        from experiments.evaluation.vllm_engine import eval_engine
+        from experiments.trainers.vllm_cpu import host_dtype
+
+        engine_dtype = host_dtype(exp.vllm_dtype) if ea.dtype == "auto" else ea.dtype
+        dtype = getattr(torch, engine_dtype) if engine_dtype else dtype
+        with eval_engine(path, net, tokenizer, dtype=engine_dtype, seed=ea.seed) as engine:
+            net = None  # the engine holds the weights now
+            data = evaluate_to_file(None, tokenizer, rows, exp, ea.seed, out, generation, engine=engine)
     else:
         data = evaluate_to_file(net, tokenizer, rows, exp, ea.seed, out, generation)
     # The model as the user named it (a passk name stays a name, not this machine's cache path) and, for a
