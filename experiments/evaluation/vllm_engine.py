@@ -24,8 +24,8 @@ __all__ = ["eval_engine"]
 def eval_engine(
     path: str, model: Any, tokenizer: Any, *, dtype: str | None, seed: int, max_model_len: int | None = None
 ) -> Iterator[Any]:
-    """A `vllm.LLM` with the weights `model` holds, loaded from `path` (a model folder, or a LoRA adapter folder,
-    which is merged first); `model` is not used after the engine is built. `dtype` None lets vLLM choose (see
+    """A `vllm.LLM` loaded from `path`: a model folder as it is (`model` may be None), or a LoRA adapter folder whose
+    loaded model `model` is merged and written to a temporary folder first. `dtype` None lets vLLM choose (see
     `experiments.trainers.vllm_cpu.host_dtype` for the CPU's float32 rule), `max_model_len` None the model's own
     context length."""
     try:

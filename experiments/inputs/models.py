@@ -555,6 +555,28 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> str:
     return name
 
 
+def load_tokenizer(path: str) -> Any:
+    """The tokenizer of a model folder (or hub id) for batched generation: padding on the left, eos as pad when it
+    has none.
+
+    Raises:
+        ModelError: one line, when the tokenizer cannot be loaded (e.g. a hub id that cannot be reached).
+    """
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except OSError as e:  # transformers' several-paragraph "couldn't connect" message, in one line
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ModelError(
+            f"model {path!r} could not be loaded: {first} (set HF_HUB_OFFLINE=1 to fail fast offline)"
+        ) from e
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 def load_model_and_tokenizer(
     name_or_path: str | os.PathLike[str], dtype: Any = None, device: Any = None
 ) -> tuple[Any, Any]:
@@ -568,20 +590,11 @@ def load_model_and_tokenizer(
     Raises:
         ModelError: one line, when the tokenizer cannot be loaded (e.g. a hub id that cannot be reached).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     adapter = (Path(name_or_path) / "adapter_config.json").is_file()
     path = os.fspath(name_or_path) if adapter else resolve_model(name_or_path)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-    except OSError as e:  # transformers' several-paragraph "couldn't connect" message, in one line
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelError(
-            f"model {path!r} could not be loaded: {first} (set HF_HUB_OFFLINE=1 to fail fast offline)"
-        ) from e
-    tokenizer.padding_side = "left"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_tokenizer(path)
     dtype = dtype if dtype is not None else "auto"
     if adapter:
         from peft import AutoPeftModelForCausalLM

@@ -543,7 +543,12 @@ def _evaluate(model: str, exp: ExperimentArgs, ea: EvalArgs, run_log: Any, torch
         raise ConfigError(f"engine: must be transformers or vllm, got {ea.engine!r}")
     if ea.engine == "vllm" and ea.turns:
         raise ConfigError("engine: vllm is for single-turn pass@k; --turns evaluates with transformers")
-    net, tokenizer = load_model_and_tokenizer(path, dtype, device)
+    if ea.engine == "vllm" and not (Path(path) / "adapter_config.json").is_file():
+        from experiments.inputs.models import load_tokenizer
+
+        net, tokenizer = None, load_tokenizer(path)  # the engine reads the folder itself
+    else:
+        net, tokenizer = load_model_and_tokenizer(path, dtype, device)
     generation = eval_generation_kwargs(model_sampling(path)) if exp.model_generation_config else None
     if ea.turns:
         data = _evaluate_repair(net, tokenizer, rows, exp, ea, out)
@@ -554,7 +559,7 @@ def _evaluate(model: str, exp: ExperimentArgs, ea: EvalArgs, run_log: Any, torch
         engine_dtype = host_dtype(exp.vllm_dtype) if ea.dtype == "auto" else ea.dtype
         dtype = getattr(torch, engine_dtype) if engine_dtype else dtype
         with eval_engine(path, net, tokenizer, dtype=engine_dtype, seed=ea.seed) as engine:
-            net = None  # the engine holds the weights now
+            net = None  # a merged adapter's weights are in the engine now
             data = evaluate_to_file(None, tokenizer, rows, exp, ea.seed, out, generation, engine=engine)
     else:
         data = evaluate_to_file(net, tokenizer, rows, exp, ea.seed, out, generation)
