@@ -498,6 +498,7 @@ def contrast(out: Path, a: str, b: str) -> None:
         pass_at_k_per_problem,
         percentile_interval,
     )
+    from experiments.report.markdown import format_p_value
     from experiments.report.runs import load_run
 
     results = json.loads((out / "learning.json").read_text())
@@ -538,8 +539,10 @@ def contrast(out: Path, a: str, b: str) -> None:
         )
     for row, adjusted in zip(rows, holm([r["p"] for r in rows])):
         row["p_holm"] = adjusted
+    floor = 2 / (10_000 + 1)  # bootstrap_p_value's smallest value at 10,000 replicates
     summary = {
         "contrast": f"{a} - {b}",
+        "p_floor": floor,
         "seeds": seeds,
         "problems": len(tasks),
         "n": n,
@@ -551,7 +554,8 @@ def contrast(out: Path, a: str, b: str) -> None:
     for row in rows:
         print(
             f"{row['metric']:<14} {a} - {b} {100 * row['delta']:+6.1f} pp "
-            f"[{100 * row['ci'][0]:+.1f}, {100 * row['ci'][1]:+.1f}]  p {row['p']:.3g}  p_holm {row['p_holm']:.3g}"
+            f"[{100 * row['ci'][0]:+.1f}, {100 * row['ci'][1]:+.1f}]  p {format_p_value(row['p'], floor)}  "
+            f"p_holm {format_p_value(row['p_holm'], floor, row['p'])}"
         )
     print(f"contrast: {path}")
 
@@ -562,9 +566,16 @@ def merge(outs: list[Path], out: Path) -> None:
     parts = [json.loads((o / "learning.json").read_text()) for o in outs]
     own = {"seeds", "methods", "out"}
     first = {k: v for k, v in parts[0]["settings"].items() if k not in own}
+
+    def warm_start(part: dict) -> dict:
+        """Its scores and its scorer's versions: the commit may differ (`scorer_key`)."""
+        from experiments.evaluation.scorer import scorer_key
+
+        return {**part["before"], "scorer": scorer_key(part["before"].get("scorer"))}
+
     for o, part in zip(outs[1:], parts[1:]):
         theirs = {k: v for k, v in part["settings"].items() if k not in own}
-        if theirs != first or part["before"] != parts[0]["before"]:
+        if theirs != first or warm_start(part) != warm_start(parts[0]):
             raise SystemExit(f"--merge: {o} ran with other settings or another warm start than {outs[0]}")
     runs = [run for part in parts for run in part["runs"]]
     from experiments.learnable.study import StudyError, check_one_logprob_temperature

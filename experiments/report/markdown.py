@@ -58,7 +58,7 @@ def _fmt_delta(name: str, delta: float | None, ci: Sequence[float] | None = None
     return text
 
 
-def _fmt_p(p: float, floor: float | None, raw: float | None = None) -> str:
+def format_p_value(p: float, floor: float | None, raw: float | None = None) -> str:
     """A p-value, or `< x` where it sits at the bootstrap's floor (no replicate on the far side of 0): the
     replicates resolve nothing below it. `raw` is the unadjusted p of a Holm-adjusted `p`: when the raw one is
     at the floor, the adjusted one is a bound too."""
@@ -387,7 +387,7 @@ def _from_start_section(report: Mapping[str, Any]) -> list[str]:
             word = {"raised": "**raised**", "lowered": "**lowered**"}.get(row["verdict"], "no change shown")
             if row["verdict"] == "no change shown":
                 word += _fmt_mde(name, row.get("mde"))
-            p_holm = _fmt_p(row["p_holm"], fs[name].get("p_floor"), row.get("p"))
+            p_holm = format_p_value(row["p_holm"], fs[name].get("p_floor"), row.get("p"))
             cells.append(f"{_fmt_delta(name, row['delta'], row['simultaneous_ci'])}, p_Holm {p_holm}: {word}")
         lines.append("| " + " | ".join(cells) + " |")
     return lines
@@ -421,8 +421,8 @@ def _comparison_section(report: Mapping[str, Any]) -> list[str]:
         for p in comp["pairs"]:
             verdict = "yes" if p["significant"] else "no" + _fmt_mde(name, p.get("mde"))
             lines.append(
-                f"| {p['better']} − {p['worse']} | {_fmt_delta(name, p['delta'], p['ci'])} | {_fmt_p(p['p'], floor)} "
-                f"| {_fmt_p(p['p_holm'], floor, p['p'])} | {verdict} |"
+                f"| {p['better']} − {p['worse']} | {_fmt_delta(name, p['delta'], p['ci'])} | {format_p_value(p['p'], floor)} "
+                f"| {format_p_value(p['p_holm'], floor, p['p'])} | {verdict} |"
             )
         lines.append("")
     return lines

@@ -15,12 +15,13 @@ from experiments.evaluation.scorer import check_same_scorer, scorer_stamp, score
 from experiments.evaluation.stats import EvalResult, ProblemResult, summarize
 from experiments.report import CURVES, build_report, render_markdown
 from experiments.report.analysis import minimum_detectable_effect, p_floor
-from experiments.report.markdown import _fmt_mde, _fmt_p
+from experiments.report.markdown import _fmt_mde, format_p_value
 from rewards.extraction import EXTRACTION_VERSION
 from sandbox import SANDBOX_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOLLM2 = ROOT / "benchmarks" / "results" / "smollm2"
+SIDE_BY_SIDE_TUNED = ROOT / "benchmarks" / "results" / "side_by_side_tuned" / "report"
 TASKS = [f"t{i}" for i in range(20)]
 
 
@@ -123,10 +124,12 @@ def test_the_minimum_detectable_effect_is_the_power_calculation_on_the_replicate
 def test_p_values_at_the_bootstraps_floor_print_as_bounds() -> None:
     floor = p_floor(10_000)
     assert floor == pytest.approx(2 / 10_001)
-    assert _fmt_p(floor, floor) == "< 0.0002"
-    assert _fmt_p(12 * floor, floor, raw=floor) == "< 0.0024"  # Holm's adjustment of a floor p is a bound too
-    assert _fmt_p(0.0312, floor) == "0.0312"
-    assert _fmt_p(0.0312, floor, raw=0.0104) == "0.0312"
+    assert format_p_value(floor, floor) == "< 0.0002"
+    assert (
+        format_p_value(12 * floor, floor, raw=floor) == "< 0.0024"
+    )  # Holm's adjustment of a floor p is a bound too
+    assert format_p_value(0.0312, floor) == "0.0312"
+    assert format_p_value(0.0312, floor, raw=0.0104) == "0.0312"
 
 
 def test_the_committed_smollm2_report_is_rebuilt_from_its_committed_records_with_the_same_tables() -> None:
@@ -202,16 +205,21 @@ def test_a_bench_learning_run_gives_the_report_every_setting_it_prints_and_its_c
     assert counts["scorer"] == scorer_stamp()
 
 
-def test_the_committed_smollm2_report_is_rebuilt_from_its_counts_json_alone_with_the_same_tables(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    "folder",
+    [SMOLLM2, SIDE_BY_SIDE_TUNED],
+    ids=["smollm2", "side_by_side_tuned"],
+)
+def test_a_committed_report_is_rebuilt_from_its_counts_json_alone_with_the_same_tables(
+    tmp_path: Path, folder: Path
 ) -> None:
     """counts.json (written by write_report beside report.md) holds each run's per-problem counts: the run
     directories it gives back yield every table of the committed report.json but the training curves."""
     from experiments.report import runs_from_counts
 
-    committed = json.loads((SMOLLM2 / "report.json").read_text())
+    committed = json.loads((folder / "report.json").read_text())
     report = json.loads(
-        json.dumps(build_report(runs_from_counts(SMOLLM2 / "counts.json", tmp_path), tmp_path))
+        json.dumps(build_report(runs_from_counts(folder / "counts.json", tmp_path), tmp_path))
     )
     for key in ("verdict", "setup", "comparisons", "coverage", "from_start", "headline_k", "bootstrap"):
         assert report[key] == committed[key], key
