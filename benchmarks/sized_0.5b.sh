@@ -12,7 +12,7 @@ methods=${*:-grpo reinforce_rloo ppo}
 py=${PY:-python}
 config=benchmarks/sized_0.5b.yaml
 results=benchmarks/results/sized_0.5b
-export HF_HUB_OFFLINE=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-3}
+export HF_HUB_OFFLINE=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}  # GiB; a step needs ~0.1, and at 3 the run took 17 GB
 mkdir -p "$runs" "$results"
 stamp() { echo "[$(date -u +%H:%M:%S)] $*"; }
 data="$runs/screened35.jsonl"
