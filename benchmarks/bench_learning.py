@@ -487,7 +487,8 @@ def _write_report(run_dirs: list[Path], out: Path, settings: dict) -> None:
 def contrast(out: Path, a: str, b: str) -> None:
     """One planned comparison, A - B after training, at every k = 1, 2, 4, ..., n of the coverage curve and at
     greedy pass@1: paired by problem and by seed (A's seed s against B's seed s, which sampled the same fresh
-    prompts), problems and seed pairs resampled, Holm over the k. Written to `out`/contrast_A_B.json."""
+    prompts), problems and seed pairs resampled, Holm over the k, each null with its minimum detectable effect
+    (80% power, Bonferroni over the k). Written to `out`/contrast_A_B.json."""
     import numpy as np
 
     from experiments.evaluation.stats import (
@@ -498,6 +499,7 @@ def contrast(out: Path, a: str, b: str) -> None:
         pass_at_k_per_problem,
         percentile_interval,
     )
+    from experiments.report.analysis import minimum_detectable_effect, p_floor
     from experiments.report.markdown import format_p_value
     from experiments.report.runs import load_run
 
@@ -535,11 +537,12 @@ def contrast(out: Path, a: str, b: str) -> None:
                 "delta": float(diff.mean()),
                 "ci": percentile_interval(reps),
                 "p": bootstrap_p_value(reps),
+                "mde": minimum_detectable_effect(reps, tests=len(names)),  # Holm over the family's metrics
             }
         )
     for row, adjusted in zip(rows, holm([r["p"] for r in rows])):
         row["p_holm"] = adjusted
-    floor = 2 / (10_000 + 1)  # bootstrap_p_value's smallest value at 10,000 replicates
+    floor = p_floor(10_000)
     summary = {
         "contrast": f"{a} - {b}",
         "p_floor": floor,
@@ -556,6 +559,7 @@ def contrast(out: Path, a: str, b: str) -> None:
             f"{row['metric']:<14} {a} - {b} {100 * row['delta']:+6.1f} pp "
             f"[{100 * row['ci'][0]:+.1f}, {100 * row['ci'][1]:+.1f}]  p {format_p_value(row['p'], floor)}  "
             f"p_holm {format_p_value(row['p_holm'], floor, row['p'])}"
+            + (f"  MDE {100 * row['mde']:.1f} pp" if row["p_holm"] >= 0.05 and row["mde"] is not None else "")
         )
     print(f"contrast: {path}")
 
