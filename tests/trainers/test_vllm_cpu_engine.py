@@ -83,7 +83,7 @@ def test_the_tiny_model_is_refused_in_one_line(tmp_path):
         pytest.skip("this vLLM runs on an accelerator, which has kernels for the tiny model's head size")
     cmd = [
         sys.executable, "-m", "experiments.train", str(REPO / "experiments/configs/cpu.yaml"),
-        "--use_vllm", "true", "--vllm_mode", "colocate", "--eval_before", "false",
+        "--method", "grpo", "--use_vllm", "true", "--vllm_mode", "colocate", "--eval_before", "false",
         "--output_dir", str(tmp_path / "run"),
     ]  # fmt: skip
     proc = subprocess.run(
