@@ -106,8 +106,12 @@ def change(before: dict, after: dict, metric: str, seed: int = 0) -> dict[str, A
 
 
 def log_rows(run: Path) -> list[dict]:
-    """Every training log row of the run (TRL's `log_history`, one per logged step)."""
-    states = [run / "trainer_state.json", *sorted(run.glob("checkpoint-*/trainer_state.json"))]
+    """Every training log row of the run (TRL's `log_history`, one per logged step): the finished run's, else its
+    latest checkpoint's."""
+    checkpoints = sorted(
+        run.glob("checkpoint-*/trainer_state.json"), key=lambda p: -int(p.parent.name.split("-")[1])
+    )
+    states = [run / "trainer_state.json", *checkpoints]
     for state in states:
         if state.is_file():
             return [r for r in json.loads(state.read_text())["log_history"] if "reward" in r]

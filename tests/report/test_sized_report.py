@@ -99,3 +99,12 @@ def test_the_report_reads_every_log_row_and_every_completion(tmp_path: Path) -> 
     assert [r["metric"] for r in train] == ["pass@1", "pass@16", "greedy_pass@1"]
     assert train[0]["verdict"] == "**raised**" and train[2]["delta"] == pytest.approx(1.0)
     assert "| grpo | trained (20) | pass@1 |" in sized.render(report, power)
+
+
+def test_a_run_still_training_is_read_from_its_latest_checkpoint(tmp_path: Path) -> None:
+    for step in (5, 10, 15):  # "checkpoint-10" sorts before "checkpoint-5" as text
+        folder = tmp_path / f"checkpoint-{step}"
+        folder.mkdir()
+        rows = [{"step": s, "reward": 0.5} for s in range(1, step + 1)]
+        (folder / "trainer_state.json").write_text(json.dumps({"log_history": rows}))
+    assert len(sized.log_rows(tmp_path)) == 15
