@@ -183,17 +183,18 @@ def build(runs: Path, power: dict) -> dict[str, Any]:
     }
     for method in METHODS:
         run = runs / method
-        files = {s: run / f"eval_{s}.json" for s in SPLITS}
-        if not all(f.is_file() for f in files.values()):
+        files = {s: run / f"eval_{s}.json" for s in SPLITS if (run / f"eval_{s}.json").is_file()}
+        if not files:
             report["not_run"].append(method)
             continue
         entry: dict[str, Any] = {"splits": {}, "signal": signal_checks(run)}
+        entry["not_evaluated"] = [SPLITS[s] for s in SPLITS if s not in files]
         if (run / "run.json").is_file():
             record = json.loads((run / "run.json").read_text())
             entry["run"] = {
                 k: record.get(k) for k in ("global_step", "train_time_s", "wall_time_s", "method_hparams")
             }
-        for split in SPLITS:
+        for split in files:
             after = json.loads(files[split].read_text())
             check_comparable(before[split], after, f"{method}, {split} split")
             mde = power["intervals"]["trained" if split == "train" else "held_out"]["tau=0.15"][
@@ -243,6 +244,12 @@ def render(report: dict, power: dict) -> str:
                 )
     if report["not_run"]:
         lines += ["", f"Not run yet: {', '.join(report['not_run'])}."]
+    for method, entry in report["methods"].items():
+        if entry["not_evaluated"]:
+            lines += [
+                "",
+                f"{method}: not evaluated yet after training on the {', '.join(entry['not_evaluated'])} problems.",
+            ]
     lines += ["", "## Signal checks (every log row, every completion)", ""]
     lines += [
         "| method | steps logged | steps with reward variance | completions | cut by the cap | ended by the stop "
@@ -276,6 +283,8 @@ def plot(report: dict, runs: Path, out: Path) -> None:
     before = {s: per_problem(json.loads((runs / f"base_{s}.json").read_text()), "pass@1") for s in SPLITS}
     for ax, (split, label) in zip(axes, SPLITS.items()):
         for method in methods:
+            if not (runs / method / f"eval_{split}.json").is_file():
+                continue
             after = per_problem(json.loads((runs / method / f"eval_{split}.json").read_text()), "pass@1")
             tasks = sorted(before[split])
             ax.scatter([before[split][t] for t in tasks], [after[t] for t in tasks], label=method, alpha=0.7)

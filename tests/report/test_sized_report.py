@@ -108,3 +108,20 @@ def test_a_run_still_training_is_read_from_its_latest_checkpoint(tmp_path: Path)
         rows = [{"step": s, "reward": 0.5} for s in range(1, step + 1)]
         (folder / "trainer_state.json").write_text(json.dumps({"log_history": rows}))
     assert len(sized.log_rows(tmp_path)) == 15
+
+
+def test_a_method_evaluated_on_one_set_so_far_is_reported_on_that_set_and_says_so(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    (runs / "grpo").mkdir(parents=True)
+    tasks = {"a": 2, "b": 8}
+    for split in ("train", "eval"):
+        (runs / f"base_{split}.json").write_text(json.dumps(_record(tasks, dict.fromkeys(tasks, False))))
+    (runs / "grpo" / "eval_train.json").write_text(
+        json.dumps(_record({"a": 6, "b": 9}, dict.fromkeys(tasks, True)))
+    )
+    power = json.loads((ROOT / "benchmarks/results/sized_0.5b/power.json").read_text())
+    report = sized.build(runs, power)
+    assert list(report["methods"]["grpo"]["splits"]) == ["train"]
+    assert "grpo: not evaluated yet after training on the held out (15) problems." in sized.render(
+        report, power
+    )
