@@ -4,7 +4,8 @@ log row of every run.
 
 Reads what `benchmarks/sized_0.5b.sh` writes under RUNS: `base_{train,eval}.json` (the base model's evaluation),
 `<method>/eval_{train,eval}.json` (after training), `<method>/trainer_state.json` or its last checkpoint's, and
-`<method>/completion_ends.jsonl`. A method whose evaluations are not there yet is listed as not run. Before and
+`<method>/completion_ends.jsonl`. A method neither trained (`run.json`) nor evaluated is listed as not run; a
+trained one whose evaluations are not all there is reported with its signal checks and says which set is left. Before and
 after must agree in every sampling setting, the problems and the scorer's versions, or the report refuses in one
 line. Writes report.md, report.json and the plots to OUT.
 
@@ -184,7 +185,8 @@ def build(runs: Path, power: dict) -> dict[str, Any]:
     for method in METHODS:
         run = runs / method
         files = {s: run / f"eval_{s}.json" for s in SPLITS if (run / f"eval_{s}.json").is_file()}
-        if not files:
+        # a finished training is reported (its signal checks) before its evaluations are in
+        if not files and not (run / "run.json").is_file():
             report["not_run"].append(method)
             continue
         entry: dict[str, Any] = {"splits": {}, "signal": signal_checks(run)}

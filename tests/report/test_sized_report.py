@@ -125,3 +125,26 @@ def test_a_method_evaluated_on_one_set_so_far_is_reported_on_that_set_and_says_s
     assert "grpo: not evaluated yet after training on the held out (15) problems." in sized.render(
         report, power
     )
+
+
+def test_a_trained_method_not_yet_evaluated_shows_its_signal_checks_and_says_so(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    run = runs / "reinforce_rloo"
+    run.mkdir(parents=True)
+    tasks = {"a": 2, "b": 8}
+    for split in ("train", "eval"):
+        (runs / f"base_{split}.json").write_text(json.dumps(_record(tasks, dict.fromkeys(tasks, False))))
+    (run / "run.json").write_text(json.dumps({"global_step": 2}))
+    log = [{"step": s, "reward": 0.5, "frac_reward_zero_std": 0.0} for s in (1, 2)]
+    (run / "trainer_state.json").write_text(json.dumps({"log_history": log}))
+    (run / "completion_ends.jsonl").write_text(json.dumps({"step": 0, "ends": ["stop_string", "cap"]}) + "\n")
+    power = json.loads((ROOT / "benchmarks/results/sized_0.5b/power.json").read_text())
+    report = sized.build(runs, power)
+    assert report["not_run"] == ["grpo", "ppo"]
+    assert report["methods"]["reinforce_rloo"]["splits"] == {}
+    text = sized.render(report, power)
+    assert (
+        "reinforce_rloo: not evaluated yet after training on the trained (20), held out (15) problems."
+        in text
+    )
+    assert "| reinforce_rloo | 2 | 2 | 2 | 1 (50.0%) | 1 |" in text
