@@ -37,7 +37,7 @@ for m in $methods; do
         "$py" -m experiments.train "$config" --method "$m" --dataset "$data" "${extra[@]}" \
             --eval_before false --eval_after false --output_dir "$runs/$m" "${again[@]}"
     fi
-    for split in eval train; do
+    for split in train eval; do  # the primary endpoint's set first
         stamp "$m, $split split"
         evaluate "$runs/$m" "$split" "$runs/$m/eval_$split.json"
     done
