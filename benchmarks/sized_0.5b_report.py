@@ -5,9 +5,9 @@ log row of every run.
 Reads what `benchmarks/sized_0.5b.sh` writes under RUNS: `base_{train,eval}.json` (the base model's evaluation),
 `<method>/eval_{train,eval}.json` (after training), `<method>/trainer_state.json` or its last checkpoint's, and
 `<method>/completion_ends.jsonl`. A method neither trained (`run.json`) nor evaluated is listed as not run; a
-trained one whose evaluations are not all there is reported with its signal checks and says which set is left. Before and
-after must agree in every sampling setting, the problems and the scorer's versions, or the report refuses in one
-line. Writes report.md, report.json and the plots to OUT.
+trained one whose evaluations are not all there is reported with its signal checks and says which set is left.
+Before and after must agree in every sampling setting, the problems and the scorer's versions, or the report
+refuses in one line. Writes report.md, report.json and the plots to OUT.
 
     python benchmarks/sized_0.5b_report.py RUNS --out benchmarks/results/sized_0.5b
 """
