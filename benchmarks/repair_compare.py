@@ -13,6 +13,11 @@ figure with its bootstrap interval over problems and the paired difference of th
     python benchmarks/repair_compare.py --one_step            # time one training step of each arm (sizing)
     python benchmarks/repair_compare.py --out benchmarks/results/repair_smollm2   # the comparison
 
+Resumable, since the comparison outlasts a session: the start's evaluation (`start.json`), each arm's training
+(a checkpoint every `--save_steps` steps; the token budget is recounted from the restored log) and each arm's
+evaluation (`<arm>/eval.json`, from the arm's saved `<arm>/final`) are skipped when their file exists, so the same
+command run again goes on where it stopped.
+
 SmolLM2-135M-Instruct's own template has no tools: it gets TRL's Qwen2.5 template (`use_tool_template`), which
 it was not trained on; the signal check (docs/repair.md) says what that means for the comparison.
 """
@@ -24,6 +29,7 @@ import json
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,17 +47,27 @@ def _rows(n_train: int, n_eval: int) -> tuple[list[dict], list[dict]]:
     return chat(train_rows(n_train)), chat(heldout_rows(n_eval))
 
 
+def _model_path(model: str) -> Path:
+    """`smollm2`, a parted model's name (`qwen2.5-coder-0.5b`) or a local model directory."""
+    from experiments.inputs.models import parted_model_path, smollm2_path
+
+    if Path(model).is_dir():
+        return Path(model)
+    return smollm2_path() if model == "smollm2" else parted_model_path(model)
+
+
 def _trainer(args: argparse.Namespace, turns: int, train: list[dict], out: Path) -> tuple[Any, Any]:
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     from experiments.evaluation.repair import GeneratedTokenBudget, use_tool_template
-    from experiments.inputs.models import parted_model_path, smollm2_path
     from rewards.repair import RepairReward, repair_environment
 
-    path = str(smollm2_path() if args.model == "smollm2" else parted_model_path(args.model))
-    tokenizer = use_tool_template(AutoTokenizer.from_pretrained(path))
+    path = str(_model_path(args.model))
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if args.model == "smollm2" or args.tool_template:  # SmolLM2's own template has no tools (docs/repair.md)
+        use_tool_template(tokenizer)
     per_step = args.num_generations * args.prompts_per_step
     config = GRPOConfig(
         output_dir=str(out),
@@ -71,7 +87,9 @@ def _trainer(args: argparse.Namespace, turns: int, train: list[dict], out: Path)
         bf16=False,
         activation_checkpointing=False,
         report_to="none",
-        save_strategy="no",
+        save_strategy="steps",
+        save_steps=args.save_steps,
+        save_total_limit=1,
     )
     budget = GeneratedTokenBudget(args.budget_tokens, per_step)
     trainer = GRPOTrainer(
@@ -116,6 +134,52 @@ def _paired(a: dict, b: dict, metric: str, seed: int) -> list[float]:
     return paired_interval(x, y, n_bootstrap=2000, seed=seed)
 
 
+def _phase(path: Path, run: Any) -> dict[str, Any]:
+    """The phase's record from `path` if an earlier call wrote it, else `run()`'s, written there first."""
+    if path.exists():
+        print(f"{path}: done before, kept", flush=True)
+        return json.loads(path.read_text())
+    record = run()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    return record
+
+
+def _evaluate_start(
+    args: argparse.Namespace, train: list[dict], heldout: list[dict], out: Path
+) -> dict[str, Any]:
+    start, _ = _trainer(
+        args, 1, train, out / "start"
+    )  # the model and tool template exactly as the arms start
+    return _evaluate(start.model, start.processing_class, heldout, args)
+
+
+def _evaluate_saved(arm: Path, heldout: list[dict], args: argparse.Namespace) -> dict[str, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    final = arm / "final"
+    return _evaluate(
+        AutoModelForCausalLM.from_pretrained(final), AutoTokenizer.from_pretrained(final), heldout, args
+    )
+
+
+def _train(args: argparse.Namespace, turns: int, train: list[dict], out: Path) -> dict[str, Any]:
+    """Trains one arm to its token budget, from its last checkpoint if an earlier call stopped; saves `out/final`."""
+    trainer, budget = _trainer(args, turns, train, out)
+    resume = any(out.glob("checkpoint-*"))
+    t0 = time.perf_counter()
+    trainer.train(resume_from_checkpoint=resume or None)
+    trainer.save_model(str(out / "final"))
+    trainer.processing_class.save_pretrained(str(out / "final"))
+    return {
+        "train_seconds": time.perf_counter() - t0,  # this call's; a resumed arm's earlier calls are not in it
+        "resumed": resume,
+        "steps": trainer.state.global_step,
+        "generated_tokens": budget.tokens,
+        "log_history": trainer.state.log_history,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="benchmarks/results/repair_smollm2")
@@ -123,7 +187,14 @@ def main(argv: list[str] | None = None) -> int:
         "--one_step", action="store_true", help="time one step of each arm, train nothing more"
     )
     parser.add_argument("--arms", default="single,multi", help="with --one_step: the arms to time")
-    parser.add_argument("--model", default="smollm2", help="smollm2 | qwen2.5-coder-0.5b (the fallback)")
+    parser.add_argument(
+        "--model", default="smollm2", help="smollm2 | qwen2.5-coder-0.5b (the fallback) | a model directory"
+    )
+    parser.add_argument(
+        "--tool_template",
+        action="store_true",
+        help="give the tokenizer TRL's Qwen2.5 tool template (always for smollm2; Qwen's own has tools)",
+    )
     parser.add_argument("--budget_tokens", type=int, default=12000)
     parser.add_argument("--max_steps", type=int, default=400, help="a bound; the token budget ends each arm")
     parser.add_argument("--num_generations", type=int, default=4)
@@ -137,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval_batch_size", type=int, default=10)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--save_steps", type=int, default=5, help="a checkpoint every this many steps (resume)"
+    )
     args = parser.parse_args(argv)
 
     import torch
@@ -176,19 +250,12 @@ def main(argv: list[str] | None = None) -> int:
         (out / "one_step.json").write_text(json.dumps(result, indent=2) + "\n")
         return 0
 
-    start, _ = _trainer(args, 1, train, out / "start")
-    result["start"] = _evaluate(start.model, start.processing_class, heldout, args)
+    result["start"] = _phase(out / "start.json", partial(_evaluate_start, args, train, heldout, out))
     for name, turns in (("single", 1), ("multi", 3)):
-        trainer, budget = _trainer(args, turns, train, out / name)
-        t0 = time.perf_counter()
-        trainer.train()
-        result[name] = {
-            "train_seconds": time.perf_counter() - t0,
-            "steps": trainer.state.global_step,
-            "generated_tokens": budget.tokens,
-            "log_history": trainer.state.log_history,
-            "eval": _evaluate(trainer.model, trainer.processing_class, heldout, args),
-        }
+        result[name] = _phase(out / name / "train.json", partial(_train, args, turns, train, out / name))
+        result[name]["eval"] = _phase(
+            out / name / "eval.json", partial(_evaluate_saved, out / name, heldout, args)
+        )
         (out / "result.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     multi, single = result["multi"]["eval"]["turns_3"], result["single"]["eval"]["turns_3"]
     result["primary"] = {

@@ -53,7 +53,8 @@ class GeneratedTokenBudget(TrainerCallback):
     """Stops training after the optimizer step at which the model's generated tokens reach `max_tokens`.
 
     Reads TRL's logged `completions/mean_length` (tool-result tokens excluded) times the completions of the step
-    (`completions_per_step`), so it needs `logging_steps=1`. `tokens` holds the running total."""
+    (`completions_per_step`), so it needs `logging_steps=1`. `tokens` holds the running total; a run resumed from a
+    checkpoint starts it from the restored log history, so the budget spans the stop."""
 
     def __init__(self, max_tokens: int, completions_per_step: int) -> None:
         if max_tokens < 1 or completions_per_step < 1:
@@ -66,14 +67,21 @@ class GeneratedTokenBudget(TrainerCallback):
             raise ValueError(
                 f"GeneratedTokenBudget reads every step's log: set logging_steps=1 (got {args.logging_steps})"
             )
+        self.tokens = 0.0
+        for logs in state.log_history:  # empty on a fresh start; the checkpoint's steps on a resume
+            self._count(logs, control)
+
+    def _count(self, logs: Mapping[str, Any], control: Any) -> None:
+        if "completions/mean_length" in logs:
+            self.tokens += float(logs["completions/mean_length"]) * self.completions_per_step
+            if self.tokens >= self.max_tokens:
+                control.should_training_stop = True
 
     def on_log(
         self, args: Any, state: Any, control: Any, logs: Mapping[str, Any] | None = None, **kwargs: Any
     ) -> None:
-        if logs and "completions/mean_length" in logs:
-            self.tokens += float(logs["completions/mean_length"]) * self.completions_per_step
-            if self.tokens >= self.max_tokens:
-                control.should_training_stop = True
+        if logs:
+            self._count(logs, control)
 
 
 def _chat_prompt(row: Mapping[str, Any]) -> list[dict[str, str]]:

@@ -237,6 +237,27 @@ def test_the_token_budget_stops_training(tmp_path: Path, tiny_model_dir: Path, t
     assert trainer.state.global_step == 1 and budget.tokens >= 1
 
 
+def test_the_token_budget_counts_a_resumed_runs_logged_steps() -> None:
+    from types import SimpleNamespace
+
+    from transformers import TrainerControl
+
+    from experiments.evaluation.repair import GeneratedTokenBudget
+
+    args = SimpleNamespace(logging_steps=1)
+    restored = SimpleNamespace(
+        log_history=[{"completions/mean_length": 10.0, "loss": 0.1}, {"train_runtime": 1.0}]
+    )
+    budget, control = GeneratedTokenBudget(max_tokens=100, completions_per_step=4), TrainerControl()
+    budget.on_train_begin(args, restored, control)
+    assert budget.tokens == 40.0 and not control.should_training_stop
+    budget.on_log(args, restored, control, logs={"completions/mean_length": 15.0})
+    assert budget.tokens == 100.0 and control.should_training_stop
+    # A fresh start forgets what an earlier train() call counted.
+    budget.on_train_begin(args, SimpleNamespace(log_history=[]), control := TrainerControl())
+    assert budget.tokens == 0.0 and not control.should_training_stop
+
+
 def test_passk_eval_turns_writes_the_repair_metrics(
     tmp_path: Path, passk_cache: Path, monkeypatch: Any
 ) -> None:

@@ -1,0 +1,49 @@
+"""benchmarks/repair_compare.py on the tiny model: each phase's record is kept and skipped when the command runs
+again, and an arm stopped after a checkpoint resumes from it with its token budget recounted."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("repair_compare", ROOT / "benchmarks" / "repair_compare.py")
+compare = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(compare)  # type: ignore[union-attr]
+
+
+@pytest.mark.slow
+def test_the_comparison_goes_on_where_it_stopped(
+    tmp_path: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cmp"
+    small = ["--model", str(tiny_model_dir), "--tool_template", "--out", str(out), "--n_train", "4"]
+    small += ["--n_eval", "2", "--eval_n", "1", "--num_generations", "2", "--max_completion_length", "8"]
+    small += ["--budget_tokens", "100000", "--save_steps", "1", "--threads", "1"]
+    assert compare.main([*small, "--max_steps", "1"]) == 0
+    first = json.loads((out / "result.json").read_text())
+    assert first["single"]["steps"] == 1 and not first["single"]["resumed"]
+    assert (out / "single" / "checkpoint-1").is_dir() and (out / "multi" / "final").is_dir()
+    assert "interval" in first["primary"]
+    start = (out / "start.json").read_text()
+
+    # The single-turn arm stopped after its first checkpoint: its record and final model never written.
+    for done in ("train.json", "eval.json"):
+        (out / "single" / done).unlink()
+    capsys.readouterr()
+    assert compare.main([*small, "--max_steps", "2"]) == 0
+    kept = capsys.readouterr().out
+    assert "start.json: done before, kept" in kept and "multi/train.json: done before, kept" in kept
+    assert (out / "start.json").read_text() == start
+    again = json.loads((out / "result.json").read_text())
+    assert again["single"]["resumed"] and again["single"]["steps"] == 2
+    logged = [
+        r["completions/mean_length"] * 2
+        for r in again["single"]["log_history"]
+        if "completions/mean_length" in r
+    ]
+    assert len(logged) == 2 and again["single"]["generated_tokens"] == pytest.approx(sum(logged))
+    assert again["multi"]["steps"] == 1  # kept, not trained again
