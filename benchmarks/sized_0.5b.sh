@@ -29,6 +29,10 @@ done
 for m in $methods; do
     extra=()
     [ "$m" = grpo ] && extra=(--beta 0)  # GRPO's default keeps DeepSeekMath's 0.04; the design has no KL term
+    # PPO's critic did not fit beside micro-batches of 4: killed by the kernel at 24.3 GB in its first step on this
+    # 24 GiB host. The same 8 completions per optimizer step, in 4 micro-batches of 2 (each micro-batch's token mean
+    # then weighs 2 completions, not 4).
+    [ "$m" = ppo ] && extra=(--per_device_train_batch_size 2 --gradient_accumulation_steps 4)
     if [ ! -f "$runs/$m/run.json" ]; then
         again=()  # a stopped run resumes from its last checkpoint, an empty start starts again
         if ls -d "$runs/$m"/checkpoint-* >/dev/null 2>&1; then again=(--resume true)
