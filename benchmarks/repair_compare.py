@@ -13,10 +13,12 @@ figure with its bootstrap interval over problems and the paired difference of th
     python benchmarks/repair_compare.py --one_step            # time one training step of each arm (sizing)
     python benchmarks/repair_compare.py --out benchmarks/results/repair_smollm2   # the comparison
 
-Resumable, since the comparison outlasts a session: the start's evaluation (`start.json`), each arm's training
-(a checkpoint every `--save_steps` steps; the token budget is recounted from the restored log) and each arm's
-evaluation (`<arm>/eval.json`, from the arm's saved `<arm>/final`) are skipped when their file exists, so the same
-command run again goes on where it stopped.
+Resumable, since the comparison outlasts a session: it runs as phases, each writing one file (the start's and each
+arm's evaluation at 1 and at 3 turns, `<start|single|multi>/eval_turns_<N>.json`; each arm's training,
+`<arm>/train.json` and the model in `<arm>/final`, a checkpoint every `--save_steps` steps with the token budget
+recounted from the restored log), and a phase whose file exists is skipped, so the same command run again goes on
+where it stopped. `--use_vllm`: TRL's colocated vLLM engine generates, in training and in evaluation; each phase
+then runs in a child process, as one engine per process is what TRL's colocate mode sets up.
 
 SmolLM2-135M-Instruct's own template has no tools: it gets TRL's Qwen2.5 template (`use_tool_template`), which
 it was not trained on; the signal check (docs/repair.md) says what that means for the comparison.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from functools import partial
@@ -56,18 +59,35 @@ def _model_path(model: str) -> Path:
     return smollm2_path() if model == "smollm2" else parted_model_path(model)
 
 
-def _trainer(args: argparse.Namespace, turns: int, train: list[dict], out: Path) -> tuple[Any, Any]:
-    from datasets import Dataset
+def _tokenizer(args: argparse.Namespace, path: str) -> Any:
     from transformers import AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
 
-    from experiments.evaluation.repair import GeneratedTokenBudget, use_tool_template
-    from rewards.repair import RepairReward, repair_environment
+    from experiments.evaluation.repair import use_tool_template
 
-    path = str(_model_path(args.model))
     tokenizer = AutoTokenizer.from_pretrained(path)
     if args.model == "smollm2" or args.tool_template:  # SmolLM2's own template has no tools (docs/repair.md)
         use_tool_template(tokenizer)
+    return tokenizer
+
+
+def _trainer(args: argparse.Namespace, turns: int, train: list[dict], out: Path) -> tuple[Any, Any]:
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from experiments.evaluation.repair import GeneratedTokenBudget
+    from experiments.trainers.vllm_cpu import (
+        check_cpu_attention,
+        engine_dtype,
+        host_dtype,
+        install_cpu_vllm_sync,
+    )
+    from rewards.repair import RepairReward, repair_environment
+
+    path = str(_model_path(args.model))
+    tokenizer = _tokenizer(args, path)
+    engine = (
+        {"use_vllm": True, "vllm_mode": "colocate", "vllm_max_model_length": 2048} if args.use_vllm else {}
+    )
     per_step = args.num_generations * args.prompts_per_step
     config = GRPOConfig(
         output_dir=str(out),
@@ -76,7 +96,7 @@ def _trainer(args: argparse.Namespace, turns: int, train: list[dict], out: Path)
         max_completion_length=args.max_completion_length,
         max_tool_calling_iterations=turns,
         temperature=0.8,
-        top_p=0.9,
+        top_p=args.train_top_p,
         learning_rate=args.learning_rate,
         lr_scheduler_type="constant",
         beta=0.0,
@@ -90,37 +110,48 @@ def _trainer(args: argparse.Namespace, turns: int, train: list[dict], out: Path)
         save_strategy="steps",
         save_steps=args.save_steps,
         save_total_limit=1,
+        **engine,
     )
     budget = GeneratedTokenBudget(args.budget_tokens, per_step)
-    trainer = GRPOTrainer(
-        model=path,
-        reward_funcs=[RepairReward()],
-        args=config,
-        train_dataset=Dataset.from_list(train),
-        processing_class=tokenizer,
-        environment_factory=repair_environment(max_turns=turns, visible=args.visible),
-        callbacks=[budget],
-    )
+    if args.use_vllm:
+        check_cpu_attention(path)
+    with engine_dtype(host_dtype() if args.use_vllm else None):
+        trainer = GRPOTrainer(
+            model=path,
+            reward_funcs=[RepairReward()],
+            args=config,
+            train_dataset=Dataset.from_list(train),
+            processing_class=tokenizer,
+            environment_factory=repair_environment(max_turns=turns, visible=args.visible),
+            callbacks=[budget],
+        )
+    install_cpu_vllm_sync(
+        trainer
+    )  # no-op unless colocated on vLLM's CPU backend (experiments.trainers.vllm_cpu)
     return trainer, budget
 
 
-def _evaluate(model: Any, tokenizer: Any, rows: list[dict], args: argparse.Namespace) -> dict[str, Any]:
+def _evaluate(
+    who: str, turns: int, args: argparse.Namespace, heldout: list[dict], out: Path
+) -> dict[str, Any]:
+    """`who` (start: the model as both arms start; an arm: its saved `final`) scored at `turns` turns."""
+    from transformers import AutoModelForCausalLM
+
     from experiments.evaluation.repair import evaluate_repair
 
-    return {
-        f"turns_{t}": evaluate_repair(
-            model,
-            tokenizer,
-            rows,
-            turns=t,
-            n_samples=args.eval_n,
-            max_new_tokens=args.max_completion_length,
-            batch_size=args.eval_batch_size,
-            seed=args.seed,
-            visible=args.visible,
-        )
-        for t in (1, 3)
-    }
+    path = str(_model_path(args.model)) if who == "start" else str(out / who / "final")
+    return evaluate_repair(
+        AutoModelForCausalLM.from_pretrained(path),
+        _tokenizer(args, path),  # a saved arm's tokenizer already holds the template it trained with
+        heldout,
+        turns=turns,
+        n_samples=args.eval_n,
+        max_new_tokens=args.max_completion_length,
+        batch_size=args.eval_batch_size,
+        seed=args.seed,
+        visible=args.visible,
+        use_vllm=args.use_vllm,
+    )
 
 
 def _paired(a: dict, b: dict, metric: str, seed: int) -> list[float]:
@@ -134,33 +165,12 @@ def _paired(a: dict, b: dict, metric: str, seed: int) -> list[float]:
     return paired_interval(x, y, n_bootstrap=2000, seed=seed)
 
 
-def _phase(path: Path, run: Any) -> dict[str, Any]:
-    """The phase's record from `path` if an earlier call wrote it, else `run()`'s, written there first."""
-    if path.exists():
-        print(f"{path}: done before, kept", flush=True)
-        return json.loads(path.read_text())
+def _phase(path: Path, run: Any) -> None:
+    """Runs one phase and writes its record to `path` (a phase whose file exists is not run again)."""
+    print(f"{path.parent.name}/{path.stem}: running", flush=True)
     record = run()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2, default=str) + "\n")
-    return record
-
-
-def _evaluate_start(
-    args: argparse.Namespace, train: list[dict], heldout: list[dict], out: Path
-) -> dict[str, Any]:
-    start, _ = _trainer(
-        args, 1, train, out / "start"
-    )  # the model and tool template exactly as the arms start
-    return _evaluate(start.model, start.processing_class, heldout, args)
-
-
-def _evaluate_saved(arm: Path, heldout: list[dict], args: argparse.Namespace) -> dict[str, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    final = arm / "final"
-    return _evaluate(
-        AutoModelForCausalLM.from_pretrained(final), AutoTokenizer.from_pretrained(final), heldout, args
-    )
 
 
 def _train(args: argparse.Namespace, turns: int, train: list[dict], out: Path) -> dict[str, Any]:
@@ -211,7 +221,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--save_steps", type=int, default=5, help="a checkpoint every this many steps (resume)"
     )
+    parser.add_argument(
+        "--train_top_p", type=float, default=0.9, help="training's top-p (1.0 with --use_vllm)"
+    )
+    parser.add_argument("--use_vllm", action="store_true", help="TRL's colocated vLLM engine generates")
+    parser.add_argument("--phase", help=argparse.SUPPRESS)  # set by a --use_vllm run for its children
     args = parser.parse_args(argv)
+    if args.use_vllm and args.train_top_p < 1.0:
+        # vLLM samples from the truncated distribution and the trainer scores the full one, so TRL's
+        # importance-sampling ratio would measure the truncation (0.45-0.55 at top_p 0.9; docs/running.md).
+        parser.error(
+            "--use_vllm trains at --train_top_p 1.0: below 1, TRL's IS ratio measures the truncation"
+        )
 
     import torch
 
@@ -250,13 +271,30 @@ def main(argv: list[str] | None = None) -> int:
         (out / "one_step.json").write_text(json.dumps(result, indent=2) + "\n")
         return 0
 
-    result["start"] = _phase(out / "start.json", partial(_evaluate_start, args, train, heldout, out))
-    for name, turns in (("single", 1), ("multi", 3)):
-        result[name] = _phase(out / name / "train.json", partial(_train, args, turns, train, out / name))
-        result[name]["eval"] = _phase(
-            out / name / "eval.json", partial(_evaluate_saved, out / name, heldout, args)
-        )
-        (out / "result.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
+    arms = {"single": 1, "multi": 3}
+    phases = {f"start/eval_turns_{t}": partial(_evaluate, "start", t, args, heldout, out) for t in (1, 3)}
+    for name, turns in arms.items():
+        phases[f"{name}/train"] = partial(_train, args, turns, train, out / name)
+        phases |= {f"{name}/eval_turns_{t}": partial(_evaluate, name, t, args, heldout, out) for t in (1, 3)}
+    if args.phase:  # a child of a --use_vllm run: this phase only
+        _phase(out / f"{args.phase}.json", phases[args.phase])
+        return 0
+    for name, run in phases.items():
+        if (out / f"{name}.json").exists():
+            print(f"{name}: done before, kept", flush=True)
+        elif args.use_vllm:  # one colocated engine per process
+            child = [sys.executable, __file__, *(sys.argv[1:] if argv is None else argv), "--phase", name]
+            subprocess.run(child, check=True)
+        else:
+            _phase(out / f"{name}.json", run)
+    result["start"] = {
+        f"turns_{t}": json.loads((out / f"start/eval_turns_{t}.json").read_text()) for t in (1, 3)
+    }
+    for name in arms:
+        result[name] = json.loads((out / f"{name}/train.json").read_text())
+        result[name]["eval"] = {
+            f"turns_{t}": json.loads((out / f"{name}/eval_turns_{t}.json").read_text()) for t in (1, 3)
+        }
     multi, single = result["multi"]["eval"]["turns_3"], result["single"]["eval"]["turns_3"]
     result["primary"] = {
         "endpoint": "final_pass@1 at 3 turns, multi-turn arm minus single-turn arm",

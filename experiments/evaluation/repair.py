@@ -106,18 +106,34 @@ def repair_trainer(
     top_p: float = 0.9,
     seed: int = 0,
     output_dir: str | None = None,
+    use_vllm: bool = False,
+    vllm_max_model_length: int = 2048,
     **options: Any,
 ) -> tuple[Any, Any]:
     """A GRPOTrainer (beta 0, no reference model) that runs repair rollouts of `rows`, and its `RepairReward`.
-    `options` are `rewards.repair.RepairOptions` fields besides `max_turns`."""
+    `options` are `rewards.repair.RepairOptions` fields besides `max_turns`.
+
+    `use_vllm`: TRL's colocated vLLM engine generates every turn (built from `model.name_or_path`, then synced
+    from `model` before the first generation; on vLLM's CPU backend through `experiments.trainers.vllm_cpu`, in
+    float32 on a host without AVX512-BF16). TRL seeds that engine with the process index, not `seed`."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
+    from experiments.trainers.vllm_cpu import (
+        check_cpu_attention,
+        engine_dtype,
+        host_dtype,
+        install_cpu_vllm_sync,
+    )
     from rewards.repair import RepairReward, check_tool_template, repair_environment
 
     check_tool_template(tokenizer)
     reward = RepairReward()
     cpu = next(model.parameters()).device.type == "cpu"
+    engine: dict[str, Any] = {}
+    if use_vllm:
+        check_cpu_attention(model.name_or_path)
+        engine = {"use_vllm": True, "vllm_mode": "colocate", "vllm_max_model_length": vllm_max_model_length}
     args = GRPOConfig(
         output_dir=output_dir or tempfile.mkdtemp(prefix="passk-repair-"),
         per_device_train_batch_size=n_samples * prompts_per_batch,
@@ -134,16 +150,19 @@ def repair_trainer(
         report_to="none",
         save_strategy="no",
         seed=seed,
+        **engine,
     )
     dataset = Dataset.from_list([{**dict(r), "prompt": _chat_prompt(r)} for r in rows])
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=[reward],
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        environment_factory=repair_environment(max_turns=turns, **options),
-    )
+    with engine_dtype(host_dtype() if use_vllm else None):
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[reward],
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            environment_factory=repair_environment(max_turns=turns, **options),
+        )
+    install_cpu_vllm_sync(trainer)  # no-op unless the engine is colocated on vLLM's CPU backend
     return trainer, reward
 
 
@@ -161,6 +180,7 @@ def evaluate_repair(
     batch_size: int = 4,
     n_bootstrap: int = 1000,
     confidence: float = 0.95,
+    use_vllm: bool = False,
     **options: Any,
 ) -> dict[str, Any]:
     """Repair rollouts of every problem (`n_samples` each, up to `turns` submissions) and their summary.
@@ -168,7 +188,9 @@ def evaluate_repair(
     `batch_size` counts problems per generation batch; `options` are `RepairOptions` fields (`visible`,
     `feedback`, `timeout`, ...). Returns a JSON-ready dict: `metrics` (`final_pass@1`, `first_pass@1`,
     `repair_rate`, each `{"value", "ci"}`), `tokens_generated` (the model's own), `sandbox_runs` (visible tests),
-    `submissions_mean`, `problems` (per problem: n, first and final passes) and the settings."""
+    `submissions_mean`, `problems` (per problem: n, first and final passes) and the settings. `use_vllm`: TRL's
+    colocated vLLM engine generates (`repair_trainer`); one engine per process, so one such evaluation per
+    process (benchmarks/repair_compare.py runs each in a child)."""
     rows = [dict(r) for r in dataset]
     if not rows:
         raise ValueError("the evaluation dataset is empty")
@@ -185,6 +207,7 @@ def evaluate_repair(
         temperature=temperature,
         top_p=top_p,
         seed=seed,
+        use_vllm=use_vllm,
         **options,
     )
     prompts = list(trainer.train_dataset)
@@ -260,6 +283,7 @@ def evaluate_repair(
             "max_new_tokens": max_new_tokens,
             "seed": seed,
             "batch_size": batch_size,
+            "generator": "vllm" if use_vllm else "transformers",
             **options,
         },
         "confidence": confidence,

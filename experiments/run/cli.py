@@ -432,7 +432,8 @@ class EvalArgs:
         default="transformers",
         metadata={
             "help": "transformers | vllm: what generates (vllm: vLLM's engine, on a CPU its CPU build; the same "
-            "sampling settings, other random draws, no entropy; compare records of one engine)."
+            "sampling settings, other random draws, no entropy; compare records of one engine). With --turns, "
+            "TRL's colocated engine runs the tool loop."
         },
     )
 
@@ -541,9 +542,7 @@ def _evaluate(model: str, exp: ExperimentArgs, ea: EvalArgs, run_log: Any, torch
         run_log.open(out.with_suffix(".log"))
     if ea.engine not in ("transformers", "vllm"):
         raise ConfigError(f"engine: must be transformers or vllm, got {ea.engine!r}")
-    if ea.engine == "vllm" and ea.turns:
-        raise ConfigError("engine: vllm is for single-turn pass@k; --turns evaluates with transformers")
-    if ea.engine == "vllm" and not (Path(path) / "adapter_config.json").is_file():
+    if ea.engine == "vllm" and not ea.turns and not (Path(path) / "adapter_config.json").is_file():
         from experiments.inputs.models import load_tokenizer
 
         net, tokenizer = None, load_tokenizer(path)  # the engine reads the folder itself
@@ -604,6 +603,7 @@ def _evaluate_repair(
             visible=ea.visible,
             timeout=exp.reward_timeout,
             memory_mb=exp.reward_memory_mb,
+            use_vllm=ea.engine == "vllm",
         )
     except ValueError as e:  # a template without tools, a visible split the rows cannot give: one line
         hint = "; for a ChatML model, pass --tool_template true" if "render tool calls" in str(e) else ""

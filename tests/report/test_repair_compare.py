@@ -27,17 +27,18 @@ def test_the_comparison_goes_on_where_it_stopped(
     first = json.loads((out / "result.json").read_text())
     assert first["single"]["steps"] == 1 and not first["single"]["resumed"]
     assert (out / "single" / "checkpoint-1").is_dir() and (out / "multi" / "final").is_dir()
-    assert "interval" in first["primary"]
-    start = (out / "start.json").read_text()
+    assert "interval" in first["primary"] and first["start"]["turns_1"]["settings"]["turns"] == 1
+    start = (out / "start" / "eval_turns_3.json").read_text()
 
-    # The single-turn arm stopped after its first checkpoint: its record and final model never written.
-    for done in ("train.json", "eval.json"):
+    # The single-turn arm stopped after its first checkpoint: its records never written.
+    for done in ("train.json", "eval_turns_1.json", "eval_turns_3.json"):
         (out / "single" / done).unlink()
     capsys.readouterr()
     assert compare.main([*small, "--max_steps", "2"]) == 0
-    kept = capsys.readouterr().out
-    assert "start.json: done before, kept" in kept and "multi/train.json: done before, kept" in kept
-    assert (out / "start.json").read_text() == start
+    said = capsys.readouterr().out
+    assert "start/eval_turns_3: done before, kept" in said and "multi/train: done before, kept" in said
+    assert "single/train: running" in said and "multi/eval_turns_1: running" not in said
+    assert (out / "start" / "eval_turns_3.json").read_text() == start
     again = json.loads((out / "result.json").read_text())
     assert again["single"]["resumed"] and again["single"]["steps"] == 2
     logged = [
@@ -47,3 +48,8 @@ def test_the_comparison_goes_on_where_it_stopped(
     ]
     assert len(logged) == 2 and again["single"]["generated_tokens"] == pytest.approx(sum(logged))
     assert again["multi"]["steps"] == 1  # kept, not trained again
+
+
+def test_use_vllm_refuses_a_training_top_p_below_1() -> None:
+    with pytest.raises(SystemExit):
+        compare.main(["--use_vllm", "--train_top_p", "0.9"])

@@ -107,6 +107,18 @@ def test_passk_trains_with_the_colocated_cpu_engine(tmp_path):
     assert "Traceback" not in result["tail"], result["tail"]
 
 
+def test_the_repair_comparison_runs_on_the_colocated_cpu_engine(tmp_path):
+    """benchmarks/repair_compare.py --use_vllm: both arms train and every evaluation samples through TRL's tool loop
+    on the engine, each phase in its own process."""
+    if not _engine_on_cpu():
+        pytest.skip("this vLLM runs on an accelerator")
+    result = _run_child(tmp_path, "repair", timeout=1800)
+    assert result["returncode"] == 0, result["tail"]
+    assert result["generators"] == ["vllm"] * 6, result  # start and both arms, at 1 and at 3 turns
+    assert result["steps"] == {"single": 1, "multi": 1} and min(result["tokens"]) > 0, result
+    assert "Traceback" not in result["tail"], result["tail"]
+
+
 def test_top_p_moves_the_engines_log_probs_off_the_policys(tmp_path):
     """Why TRL's importance-sampling ratio sits below 1 with top-p < 1 and no staleness: vLLM's processed
     log-probabilities are the top-p-renormalised distribution's, the trainer's the whole vocabulary's."""
@@ -294,11 +306,32 @@ def _child_train(out: Path) -> None:
     out.write_text(json.dumps(result))
 
 
+def _child_repair(out: Path) -> None:
+    cmd = [
+        sys.executable, str(REPO / "benchmarks/repair_compare.py"), "--use_vllm", "--train_top_p", "1.0",
+        "--model", "smollm2", "--n_train", "2", "--n_eval", "2", "--eval_n", "1", "--num_generations", "2",
+        "--max_completion_length", "48", "--max_steps", "1", "--threads", "1", "--out", str(out.parent / "cmp"),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1700)
+    result = {"returncode": proc.returncode, "tail": (proc.stdout + proc.stderr)[-3000:]}
+    if proc.returncode == 0:
+        record = json.loads((out.parent / "cmp" / "result.json").read_text())
+        evals = [record["start"][f"turns_{t}"] for t in (1, 3)]
+        evals += [record[a]["eval"][f"turns_{t}"] for a in ("single", "multi") for t in (1, 3)]
+        result.update(
+            generators=[e["settings"]["generator"] for e in evals],
+            steps={a: record[a]["steps"] for a in ("single", "multi")},
+            tokens=[e["tokens_generated"] for e in evals],
+        )
+    out.write_text(json.dumps(result))
+
+
 if __name__ == "__main__":
     target, what, *rest = sys.argv[1:]
     children = {
         "sync": lambda: _child_sync(Path(target), *rest),
         "train": lambda: _child_train(Path(target)),
         "top_p": lambda: _child_top_p(Path(target)),
+        "repair": lambda: _child_repair(Path(target)),
     }
     children[what]()
