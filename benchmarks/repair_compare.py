@@ -125,9 +125,8 @@ def _trainer(args: argparse.Namespace, turns: int, train: list[dict], out: Path)
             environment_factory=repair_environment(max_turns=turns, visible=args.visible),
             callbacks=[budget],
         )
-    install_cpu_vllm_sync(
-        trainer
-    )  # no-op unless colocated on vLLM's CPU backend (experiments.trainers.vllm_cpu)
+    # A no-op unless the engine is colocated on vLLM's CPU backend (experiments.trainers.vllm_cpu).
+    install_cpu_vllm_sync(trainer)
     return trainer, budget
 
 
