@@ -119,6 +119,24 @@ def test_the_repair_comparison_runs_on_the_colocated_cpu_engine(tmp_path):
     assert "Traceback" not in result["tail"], result["tail"]
 
 
+def test_passk_eval_turns_generates_on_the_engine(tmp_path):
+    if not _engine_on_cpu():
+        pytest.skip("this vLLM runs on an accelerator")
+    out = tmp_path / "repair.json"
+    cmd = [
+        sys.executable, "-m", "experiments.run.cli", "eval", "smollm2", "--dataset", "learnable", "--style", "chat",
+        "--turns", "2", "--visible", "split:1", "--tool_template", "true", "--n_eval", "2", "--eval_n", "2",
+        "--eval_max_new_tokens", "48", "--engine", "vllm", "--out", str(out),
+    ]  # fmt: skip
+    proc = subprocess.run(
+        cmd, cwd=REPO, env=_child_env(tmp_path), capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(out.read_text())
+    assert record["settings"]["generator"] == "vllm" and record["settings"]["turns"] == 2, record["settings"]
+    assert record["num_problems"] == 2 and record["tokens_generated"] > 0, record
+
+
 def test_top_p_moves_the_engines_log_probs_off_the_policys(tmp_path):
     """Why TRL's importance-sampling ratio sits below 1 with top-p < 1 and no staleness: vLLM's processed
     log-probabilities are the top-p-renormalised distribution's, the trainer's the whole vocabulary's."""
