@@ -18,7 +18,7 @@ arm's evaluation at 1 and at 3 turns, `<start|single|multi>/eval_turns_<N>.json`
 `<arm>/train.json` and the model in `<arm>/final`, a checkpoint every `--save_steps` steps with the token budget
 recounted from the restored log), and a phase whose file exists is skipped, so the same command run again goes on
 where it stopped. `--use_vllm`: TRL's colocated vLLM engine generates, in training and in evaluation; each phase
-then runs in a child process, as one engine per process is what TRL's colocate mode sets up.
+then runs in a child process, since a colocated engine and its torch.distributed setup outlive the phase.
 
 SmolLM2-135M-Instruct's own template has no tools: it gets TRL's Qwen2.5 template (`use_tool_template`), which
 it was not trained on; the signal check (docs/repair.md) says what that means for the comparison.
@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, run in phases.items():
         if (out / f"{name}.json").exists():
             print(f"{name}: done before, kept", flush=True)
-        elif args.use_vllm:  # one colocated engine per process
+        elif args.use_vllm:  # a fresh process per engine
             child = [sys.executable, __file__, *(sys.argv[1:] if argv is None else argv), "--phase", name]
             subprocess.run(child, check=True)
         else:

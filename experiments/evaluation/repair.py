@@ -189,8 +189,8 @@ def evaluate_repair(
     `feedback`, `timeout`, ...). Returns a JSON-ready dict: `metrics` (`final_pass@1`, `first_pass@1`,
     `repair_rate`, each `{"value", "ci"}`), `tokens_generated` (the model's own), `sandbox_runs` (visible tests),
     `submissions_mean`, `problems` (per problem: n, first and final passes) and the settings. `use_vllm`: TRL's
-    colocated vLLM engine generates (`repair_trainer`); one engine per process, so one such evaluation per
-    process (benchmarks/repair_compare.py runs each in a child)."""
+    colocated vLLM engine generates (`repair_trainer`); the engine and its torch.distributed setup are not torn
+    down when the call returns, so run one such evaluation per process, as benchmarks/repair_compare.py does."""
     rows = [dict(r) for r in dataset]
     if not rows:
         raise ValueError("the evaluation dataset is empty")
