@@ -107,55 +107,91 @@ def change(before: dict, after: dict, metric: str, seed: int = 0) -> dict[str, A
 
 
 def log_rows(run: Path) -> list[dict]:
-    """Every training log row of the run (TRL's `log_history`, one per logged step): the finished run's, else its
+    """Every training log row of the run (TRL's `log_history`, one per optimizer step): the finished run's, else its
     latest checkpoint's."""
     checkpoints = sorted(
         run.glob("checkpoint-*/trainer_state.json"), key=lambda p: -int(p.parent.name.split("-")[1])
     )
-    states = [run / "trainer_state.json", *checkpoints]
-    for state in states:
+    for state in [run / "trainer_state.json", *checkpoints]:
         if state.is_file():
-            return [r for r in json.loads(state.read_text())["log_history"] if "reward" in r]
+            history = json.loads(state.read_text())["log_history"]
+            return [r for r in history if "train_runtime" not in r]  # that last row sums the run up
     return []
 
 
+def _num_generations(run: Path) -> int | None:
+    record = run / "run.json"
+    if record.is_file():
+        return json.loads(record.read_text()).get("config", {}).get("num_generations")
+    return None
+
+
+def _mean(rows: list[dict], key: str) -> float:
+    values = [r[key] for r in rows if key in r]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def _span(rows: list[dict], key: str) -> list[float] | None:
+    values = [r[key] for r in rows if key in r]
+    return [float(min(values)), float(max(values))] if values else None
+
+
 def signal_checks(run: Path) -> dict[str, Any]:
-    """What the run's every log row and every completion's end say about whether the run could move."""
+    """What the run's every log row and every completion's end say about whether the run could move.
+
+    A row with a reward is a scored generation batch: every step for GRPO and RLOO here, every 4th for PPO, which
+    samples 4 steps' problems at once and then takes 4 updates on them; groups are counted, not rows, so the
+    methods' reward-variance counts compare.
+    """
     rows = log_rows(run)
+    scored = [r for r in rows if "reward" in r]
     ends: Counter[str] = Counter()
+    batch_sizes: list[int] = []
     ends_file = run / "completion_ends.jsonl"
-    batches = 0
     if ends_file.is_file():
         for line in ends_file.read_text().splitlines():
-            ends.update(json.loads(line)["ends"])
-            batches += 1
+            batch = json.loads(line)["ends"]
+            ends.update(batch)
+            batch_sizes.append(len(batch))
     total = sum(ends.values())
     out: dict[str, Any] = {
         "log_rows": len(rows),
-        "generation_batches": batches,
+        "scored_batches": len(scored),
+        "generation_batches": len(batch_sizes),
         "completions": total,
         "completion_ends": dict(ends),
         "cut_by_cap_frac": ends["cap"] / total if total else None,
     }
-    if rows:
-        zero_std = np.array([r.get("frac_reward_zero_std", np.nan) for r in rows], dtype=float)
-        rewards = np.array([r["reward"] for r in rows], dtype=float)
+    group = _num_generations(run)
+    if scored and group and len(batch_sizes) >= len(scored):
+        # the i-th scored row is the i-th generation batch; frac_reward_zero_std is over that batch's groups
+        groups = [n // group for n in batch_sizes[: len(scored)]]
+        out["groups"] = int(sum(groups))
+        out["groups_with_reward_variance"] = int(
+            round(sum((1 - r["frac_reward_zero_std"]) * g for r, g in zip(scored, groups, strict=True)))
+        )
+    if scored:
+        rewards = np.array([r["reward"] for r in scored], dtype=float)
         third = max(len(rewards) // 3, 1)
         out |= {
-            "steps_with_reward_variance": int(np.sum(zero_std < 1.0)),
-            "mean_frac_reward_zero_std": float(np.nanmean(zero_std)),
+            "mean_frac_reward_zero_std": float(np.mean([r["frac_reward_zero_std"] for r in scored])),
             "reward_first_third": float(rewards[:third].mean()),
             "reward_last_third": float(rewards[-third:].mean()),
-            "mean_completion_length": float(
-                np.mean([r.get("completions/mean_length", np.nan) for r in rows])
-            ),
-            "trl_clipped_ratio_mean": float(
-                np.mean([r.get("completions/clipped_ratio", np.nan) for r in rows])
-            ),
-            "step_time_s_median": float(
-                np.median([r["step_time"] for r in rows if "step_time" in r] or [np.nan])
-            ),
+            "mean_completion_length": _mean(scored, "completions/mean_length"),
+            "trl_clipped_ratio_mean": _mean(scored, "completions/clipped_ratio"),
+            "importance_sampling_ratio_span": [
+                (_span(scored, "sampling/importance_sampling_ratio/min") or [np.nan])[0],
+                (_span(scored, "sampling/importance_sampling_ratio/max") or [np.nan, np.nan])[1],
+            ],
         }
+    if rows:
+        out["step_time_s_mean"] = _mean(rows, "step_time")
+    ppo = {
+        key: _span(rows, f"ppo/{key}")
+        for key in ("explained_variance", "clipfrac", "approx_kl", "vf_clipfrac")
+    }
+    if any(ppo.values()):
+        out["ppo_spans"] = ppo
     return out
 
 
@@ -254,21 +290,34 @@ def render(report: dict, power: dict) -> str:
             ]
     lines += ["", "## Signal checks (every log row, every completion)", ""]
     lines += [
-        "| method | steps logged | steps with reward variance | completions | cut by the cap | ended by the stop "
-        "rule | TRL clipped_ratio (counts stop strings) | reward, first third -> last third | median s/step |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| method | optimizer steps | scored batches | groups with reward variance | completions | cut by the cap | "
+        "ended by the stop rule | TRL clipped_ratio (counts stop strings) | IS ratio, min-max | "
+        "reward, first third -> last third of batches | mean s/step |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for method, entry in report["methods"].items():
         s = entry["signal"]
         ends = s["completion_ends"]
         stopped = ends.get("stop_string", 0) + ends.get("code_end", 0)
+        varied = f"{s['groups_with_reward_variance']} of {s['groups']}" if "groups" in s else "—"
+        ratio = s.get("importance_sampling_ratio_span", [float("nan")] * 2)
         lines.append(
-            f"| {method} | {s['log_rows']} | {s.get('steps_with_reward_variance', '—')} | {s['completions']} | "
+            f"| {method} | {s['log_rows']} | {s['scored_batches']} | {varied} | {s['completions']} | "
             f"{ends.get('cap', 0)} ({100 * (s['cut_by_cap_frac'] or 0):.1f}%) | {stopped} | "
-            f"{s.get('trl_clipped_ratio_mean', float('nan')):.2f} | "
+            f"{s.get('trl_clipped_ratio_mean', float('nan')):.2f} | {ratio[0]:.3f}-{ratio[1]:.3f} | "
             f"{s.get('reward_first_third', float('nan')):.3f} -> {s.get('reward_last_third', float('nan')):.3f} | "
-            f"{s.get('step_time_s_median', float('nan')):.0f} |"
+            f"{s.get('step_time_s_mean', float('nan')):.0f} |"
         )
+    spans = {m: e["signal"]["ppo_spans"] for m, e in report["methods"].items() if "ppo_spans" in e["signal"]}
+    if spans:
+        lines += ["", "PPO's own diagnostics over every optimizer step (min-max):", ""]
+        lines += [
+            "| method | explained variance | clip fraction | approx. KL | value clip fraction |",
+            "|---|---|---|---|---|",
+        ]
+        for method, span in spans.items():
+            cells = [f"{v[0]:.3g} to {v[1]:.3g}" if v else "—" for v in span.values()]
+            lines.append(f"| {method} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -303,9 +352,9 @@ def plot(report: dict, runs: Path, out: Path) -> None:
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(7, 4))
     for method in methods:
-        rows = log_rows(runs / method)
+        rows = [r for r in log_rows(runs / method) if "reward" in r]
         ax.plot([r["step"] for r in rows], [r["reward"] for r in rows], label=method, alpha=0.8)
-    ax.set(xlabel="optimizer step", ylabel="mean reward of the step's 8 completions", title="Training reward")
+    ax.set(xlabel="optimizer step", ylabel="mean reward of the batch's completions", title="Training reward")
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / "reward.png", dpi=110)

@@ -90,7 +90,8 @@ def test_the_report_reads_every_log_row_and_every_completion(tmp_path: Path) -> 
     report = sized.build(runs, power)
     assert report["not_run"] == ["reinforce_rloo", "ppo"]
     signal = report["methods"]["grpo"]["signal"]
-    assert (signal["log_rows"], signal["steps_with_reward_variance"], signal["completions"]) == (6, 5, 24)
+    assert (signal["log_rows"], signal["scored_batches"], signal["completions"]) == (6, 6, 24)
+    assert "groups" not in signal  # no run.json yet: the group size is not known, and nothing is guessed
     assert signal["cut_by_cap_frac"] == pytest.approx(1 / 24)
     assert signal["reward_first_third"] == pytest.approx(0.15) and signal[
         "reward_last_third"
@@ -105,9 +106,28 @@ def test_a_run_still_training_is_read_from_its_latest_checkpoint(tmp_path: Path)
     for step in (5, 10, 15):  # "checkpoint-10" sorts before "checkpoint-5" as text
         folder = tmp_path / f"checkpoint-{step}"
         folder.mkdir()
-        rows = [{"step": s, "reward": 0.5} for s in range(1, step + 1)]
+        rows = [{"step": s, "reward": 0.5, "step_time": 1.0} for s in range(1, step + 1)]
         (folder / "trainer_state.json").write_text(json.dumps({"log_history": rows}))
     assert len(sized.log_rows(tmp_path)) == 15
+
+
+def test_groups_not_rows_are_counted_when_a_method_samples_several_steps_at_once(tmp_path: Path) -> None:
+    # PPO's shape: one scored batch of 4 groups of 8 every 4th optimizer step
+    run = tmp_path / "ppo"
+    run.mkdir()
+    log = [{"step": s, "step_time": 100.0} for s in range(1, 9)]
+    log[0] |= {"reward": 0.5, "frac_reward_zero_std": 0.25, "ppo/explained_variance": -0.1}
+    log[4] |= {"reward": 0.25, "frac_reward_zero_std": 0.5, "ppo/explained_variance": 0.3}
+    (run / "trainer_state.json").write_text(json.dumps({"log_history": log}))
+    (run / "run.json").write_text(json.dumps({"config": {"num_generations": 8}}))
+    (run / "completion_ends.jsonl").write_text(
+        "".join(json.dumps({"step": s, "ends": ["stop_string"] * 32}) + "\n" for s in (0, 4))
+    )
+    signal = sized.signal_checks(run)
+    assert (signal["log_rows"], signal["scored_batches"], signal["completions"]) == (8, 2, 64)
+    assert (signal["groups"], signal["groups_with_reward_variance"]) == (8, 5)
+    assert signal["ppo_spans"]["explained_variance"] == [pytest.approx(-0.1), pytest.approx(0.3)]
+    assert signal["ppo_spans"]["clipfrac"] is None
 
 
 def test_a_method_evaluated_on_one_set_so_far_is_reported_on_that_set_and_says_so(tmp_path: Path) -> None:
@@ -147,4 +167,4 @@ def test_a_trained_method_not_yet_evaluated_shows_its_signal_checks_and_says_so(
         "reinforce_rloo: not evaluated yet after training on the trained (20), held out (15) problems."
         in text
     )
-    assert "| reinforce_rloo | 2 | 2 | 2 | 1 (50.0%) | 1 |" in text
+    assert "| reinforce_rloo | 2 | 2 | — | 2 | 1 (50.0%) | 1 |" in text
