@@ -291,7 +291,7 @@ def render(report: dict, power: dict) -> str:
     lines += ["", "## Signal checks (every log row, every completion)", ""]
     lines += [
         "| method | optimizer steps | scored batches | groups with reward variance | completions | cut by the cap | "
-        "ended by the stop rule | TRL clipped_ratio (counts stop strings) | IS ratio, min-max | "
+        "ended by the stop rule | TRL clipped_ratio (counts stop strings) | IS ratio, lowest-highest completion | "
         "reward, first third -> last third of batches | mean s/step |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
