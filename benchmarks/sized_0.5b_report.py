@@ -179,11 +179,11 @@ def signal_checks(run: Path) -> dict[str, Any]:
             "reward_last_third": float(rewards[-third:].mean()),
             "mean_completion_length": _mean(scored, "completions/mean_length"),
             "trl_clipped_ratio_mean": _mean(scored, "completions/clipped_ratio"),
-            "importance_sampling_ratio_span": [
-                (_span(scored, "sampling/importance_sampling_ratio/min") or [np.nan])[0],
-                (_span(scored, "sampling/importance_sampling_ratio/max") or [np.nan, np.nan])[1],
-            ],
         }
+        lowest = _span(scored, "sampling/importance_sampling_ratio/min")
+        highest = _span(scored, "sampling/importance_sampling_ratio/max")
+        if lowest and highest:  # over every completion of the run (TRL logs each batch's min and max)
+            out["importance_sampling_ratio_span"] = [lowest[0], highest[1]]
     if rows:
         out["step_time_s_mean"] = _mean(rows, "step_time")
     ppo = {
