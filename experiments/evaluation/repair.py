@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 from transformers import TrainerCallback
 
 from experiments.evaluation.scorer import scorer_stamp
@@ -181,11 +182,13 @@ def evaluate_repair(
     n_bootstrap: int = 1000,
     confidence: float = 0.95,
     use_vllm: bool = False,
+    progress: bool = True,
     **options: Any,
 ) -> dict[str, Any]:
     """Repair rollouts of every problem (`n_samples` each, up to `turns` submissions) and their summary.
 
-    `batch_size` counts problems per generation batch; `options` are `RepairOptions` fields (`visible`,
+    `batch_size` counts problems per generation batch (a progress bar counts the batches unless `progress` is
+    False); `options` are `RepairOptions` fields (`visible`,
     `feedback`, `timeout`, ...). Returns a JSON-ready dict: `metrics` (`final_pass@1`, `first_pass@1`,
     `repair_rate`, each `{"value", "ci"}`), `tokens_generated` (the model's own), `sandbox_runs` (visible tests),
     `submissions_mean`, `problems` (per problem: n, first and final passes) and the settings. `use_vllm`: TRL's
@@ -223,7 +226,9 @@ def evaluate_repair(
             torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []),
         ):
             torch.manual_seed(seed)
-            for start in range(0, len(prompts), batch_size):
+            starts = range(0, len(prompts), batch_size)
+            desc = f"repair eval, {turns} turn{'s' * (turns > 1)}, batches of {batch_size} problems"
+            for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
                 inputs = [row for row in prompts[start : start + batch_size] for _ in range(n_samples)]
                 trainer._generate_and_score_completions(inputs)
                 records += reward.last_records
