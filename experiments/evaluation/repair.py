@@ -188,8 +188,7 @@ def evaluate_repair(
     """Repair rollouts of every problem (`n_samples` each, up to `turns` submissions) and their summary.
 
     `batch_size` counts problems per generation batch (a progress bar counts the batches unless `progress` is
-    False); `options` are `RepairOptions` fields (`visible`,
-    `feedback`, `timeout`, ...). Returns a JSON-ready dict: `metrics` (`final_pass@1`, `first_pass@1`,
+    False); `options` are `RepairOptions` fields (`visible`, `feedback`, `timeout`, ...). Returns a JSON-ready dict: `metrics` (`final_pass@1`, `first_pass@1`,
     `repair_rate`, each `{"value", "ci"}`), `tokens_generated` (the model's own), `sandbox_runs` (visible tests),
     `submissions_mean`, `problems` (per problem: n, first and final passes) and the settings. `use_vllm`: TRL's
     colocated vLLM engine generates (`repair_trainer`); the engine and its torch.distributed setup are not torn
