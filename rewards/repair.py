@@ -35,6 +35,11 @@ Options (``RepairOptions``), with their defaults and sources:
   scores (a function row's whole ``test``, a stdin/stdout row's cases the prompt does not show). ``"split:K"``
   declares the row's first K asserts (or cases) visible and scores the rest, for rows whose prompt shows no
   example (the learnable task).
+* ``submit="tool"``: the model runs its code by calling ``run_tests`` (TRL's tool loop, ``environment_factory``);
+  ``"answer"``: every answer the model writes is run, as RLEF runs it, and the report comes back as the next user
+  turn without waiting for a tool call (``answer_feedback``, driven by
+  ``experiments.trainers.answer_feedback.AnswerFeedbackRollout`` on GRPOTrainer's ``rollout_func``): for models
+  that do not call the tool (docs/repair.md's signal checks).
 * ``feedback="tests"``: RLEF's feedback, the failing tests with what went wrong; ``"verdict"`` says only how many
   visible tests passed (an ablation: does the content of the feedback matter).
 * ``max_failures_shown=3``, ``max_line_chars=200``: the report's bounds (a few hundred tokens at most), so that a
@@ -76,12 +81,15 @@ __all__ = [
     "RepairEnvironment",
     "RepairOptions",
     "RepairReward",
+    "SUBMIT_MODES",
+    "answer_feedback",
     "check_tool_template",
     "repair_environment",
     "repair_reward",
 ]
 
 FEEDBACK_FORMATS = ("tests", "verdict")
+SUBMIT_MODES = ("tool", "answer")  # the model calls run_tests | every answer is run (RLEF)
 NO_RUNS_LEFT = "No runs left"  # the start of the tool's answer once the turn limit is reached
 _SPLIT = re.compile(r"^split:(\d+)$")
 
@@ -93,6 +101,7 @@ class RepairOptions:
     max_turns: int = 3
     visible: str = "prompt"
     feedback: str = "tests"
+    submit: str = "tool"
     max_failures_shown: int = 3
     max_line_chars: int = 200
     timeout: float = 3.0
@@ -107,6 +116,8 @@ class RepairOptions:
             )
         if self.feedback not in FEEDBACK_FORMATS:
             raise ValueError(f"feedback must be one of {', '.join(FEEDBACK_FORMATS)}, got {self.feedback!r}")
+        if self.submit not in SUBMIT_MODES:
+            raise ValueError(f"submit must be one of {', '.join(SUBMIT_MODES)}, got {self.submit!r}")
         if self.max_failures_shown < 1 or self.max_line_chars < 20:
             raise ValueError("max_failures_shown must be >= 1 and max_line_chars >= 20")
 
@@ -330,6 +341,7 @@ class RepairEnvironment:
         self.submissions: list[Attempt] = []
         self.sandbox_runs = 0
         self.refused = 0
+        self.answer_loop = False  # set by answer_feedback: this rollout's answers were run, not tool calls
 
     # TRL calls reset with every column of the row as a keyword.
     def reset(self, **row: Any) -> str:
@@ -344,18 +356,30 @@ class RepairEnvironment:
         self.problem = (
             _stdio_problem(row, self.options) if stdio else _function_problem(row, self.options, self._nonce)
         )
-        self.submissions, self.sandbox_runs, self.refused = [], 0, 0
+        self.submissions, self.sandbox_runs, self.refused, self.answer_loop = [], 0, 0, False
         n = self.options.max_turns
-        lines = [
-            "",
-            f"You can run your code with the run_tests tool, at most {n} time{'s' if n > 1 else ''}; your last "
-            "code is your answer. "
-            + (
-                "It runs these tests:"
-                if self.problem.visible
-                else "This problem shows no tests: run_tests says whether your code loads."
-            ),
-        ]
+        if self.options.submit == "answer":
+            head = (
+                ""
+                if n == 1
+                else f"Your answer's code will be run on these tests; if one fails you will see what went wrong "
+                f"and may answer again, {n} answers in all; your last answer counts. "
+            )
+            if self.problem.visible:
+                head += "Tests:" if n > 1 else "It must pass these tests:"
+            elif n > 1:
+                head += "This problem shows no tests: you will see whether your code runs."
+        else:
+            head = (
+                f"You can run your code with the run_tests tool, at most {n} time{'s' if n > 1 else ''}; your "
+                "last code is your answer. "
+                + (
+                    "It runs these tests:"
+                    if self.problem.visible
+                    else "This problem shows no tests: run_tests says whether your code loads."
+                )
+            )
+        lines = ["", head]
         lines += [_clip(v.shown, self.options.max_line_chars) for v in self.problem.visible[:5]]
         if len(self.problem.visible) > 5:
             lines.append(f"(and {len(self.problem.visible) - 5} more)")
@@ -467,7 +491,7 @@ class RepairEnvironment:
         """The rollout's attempts in order: the submissions, then the final message when it holds code and the
         limit allows one more attempt (see the module docstring)."""
         out = list(self.submissions)
-        if len(out) >= self.options.max_turns or completion is None:
+        if self.options.submit == "answer" or len(out) >= self.options.max_turns or completion is None:
             return out
         last = completion
         if isinstance(completion, list):
@@ -486,6 +510,36 @@ class RepairEnvironment:
         if extract_code(p.code_prompt, last, p.entry_point).ok and (p.entry_point or "```" in text):
             out.append(Attempt(last, submitted=False))
         return out
+
+
+def answer_feedback(environment: RepairEnvironment, answer: str, *, last: bool = False) -> str | None:
+    """RLEF's loop (``submit="answer"``): record the model's answer as the rollout's next attempt and return the
+    report to show it as the next user turn, or None when the rollout ends there: its code passed the visible
+    tests, it is the last attempt the limit allows, or ``last`` (the caller cannot continue, e.g. the answer was cut
+    by the token cap). A last attempt is not run on the visible tests: no one would read the report."""
+    env = environment
+    if env.options.submit != "answer":
+        raise ValueError(
+            'answer_feedback drives submit="answer" environments; this one takes run_tests calls'
+        )
+    if env.problem is None:
+        raise RuntimeError("answer_feedback before reset")
+    n = env.options.max_turns
+    if len(env.submissions) >= n:
+        raise RuntimeError(f"answer_feedback past the turn limit ({n})")
+    env.answer_loop = True
+    attempt = Attempt(answer if isinstance(answer, str) else str(answer), submitted=True)
+    env.submissions.append(attempt)
+    if last or len(env.submissions) >= n:
+        return None
+    attempt.visible_passed, report = env._run_visible(attempt.text)
+    if attempt.visible_passed:
+        return None
+    left = n - len(env.submissions)
+    return (
+        f"Your code ran on the tests (answer {len(env.submissions)} of {n}): {report}\n"
+        f"Fix it and answer again with the whole solution ({left} answer{'s' if left > 1 else ''} left)."
+    )
 
 
 def repair_environment(sandbox: Any | None = None, **options: Any) -> Callable[[], RepairEnvironment]:
@@ -558,6 +612,12 @@ class RepairReward:
             if not isinstance(env, RepairEnvironment) or env.problem is None:
                 raise ValueError(
                     f"{self.__name__} needs RepairEnvironment rollouts that were reset, got {env!r}"
+                )
+            if env.options.submit == "answer" and not env.answer_loop:
+                raise ValueError(
+                    f'{self.__name__}: a submit="answer" rollout was not run by answer_feedback: pass '
+                    "rollout_func=experiments.trainers.answer_feedback.AnswerFeedbackRollout(rows, ...) to "
+                    "GRPOTrainer, not environment_factory"
                 )
             attempts.append(env._attempts(completion))
         # The final answer of each rollout, then (score_first) the first: (rollout, attempt or None)

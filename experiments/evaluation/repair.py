@@ -112,7 +112,9 @@ def repair_trainer(
     **options: Any,
 ) -> tuple[Any, Any]:
     """A GRPOTrainer (beta 0, no reference model) that runs repair rollouts of `rows`, and its `RepairReward`.
-    `options` are `rewards.repair.RepairOptions` fields besides `max_turns`.
+    `options` are `rewards.repair.RepairOptions` fields besides `max_turns`; with `submit="answer"` every answer is
+    run and its report is the next user turn (`experiments.trainers.answer_feedback`), else the model runs its code
+    with the `run_tests` tool (TRL's `environment_factory`).
 
     `use_vllm`: TRL's colocated vLLM engine generates every turn (built from `model.name_or_path`, then synced
     from `model` before the first generation; on vLLM's CPU backend through `experiments.trainers.vllm_cpu`, in
@@ -120,6 +122,7 @@ def repair_trainer(
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
+    from experiments.trainers.answer_feedback import AnswerFeedbackRollout
     from experiments.trainers.vllm_cpu import (
         check_cpu_attention,
         engine_dtype,
@@ -128,13 +131,25 @@ def repair_trainer(
     )
     from rewards.repair import RepairReward, check_tool_template, repair_environment
 
-    check_tool_template(tokenizer)
+    dataset = Dataset.from_list([{**dict(r), "prompt": _chat_prompt(r)} for r in rows])
+    if options.get("submit", "tool") == "answer":  # RLEF's loop: every answer runs, no tool call needed
+        rollout = {"rollout_func": AnswerFeedbackRollout(dataset, max_turns=turns, **options)}
+    else:
+        check_tool_template(tokenizer)
+        rollout = {"environment_factory": repair_environment(max_turns=turns, **options)}
     reward = RepairReward()
     cpu = next(model.parameters()).device.type == "cpu"
     engine: dict[str, Any] = {}
     if use_vllm:
         check_cpu_attention(model.name_or_path)
-        engine = {"use_vllm": True, "vllm_mode": "colocate", "vllm_max_model_length": vllm_max_model_length}
+        # No importance-sampling correction: these rollouts are scored, not trained on, and the correction would
+        # cost a forward pass of the policy over every completion.
+        engine = {
+            "use_vllm": True,
+            "vllm_mode": "colocate",
+            "vllm_max_model_length": vllm_max_model_length,
+            "vllm_importance_sampling_correction": False,
+        }
     args = GRPOConfig(
         output_dir=output_dir or tempfile.mkdtemp(prefix="passk-repair-"),
         per_device_train_batch_size=n_samples * prompts_per_batch,
@@ -153,7 +168,6 @@ def repair_trainer(
         seed=seed,
         **engine,
     )
-    dataset = Dataset.from_list([{**dict(r), "prompt": _chat_prompt(r)} for r in rows])
     with engine_dtype(host_dtype() if use_vllm else None):
         trainer = GRPOTrainer(
             model=model,
@@ -161,7 +175,7 @@ def repair_trainer(
             args=args,
             train_dataset=dataset,
             processing_class=tokenizer,
-            environment_factory=repair_environment(max_turns=turns, **options),
+            **rollout,
         )
     install_cpu_vllm_sync(trainer)  # no-op unless the engine is colocated on vLLM's CPU backend
     return trainer, reward

@@ -424,6 +424,13 @@ class EvalArgs:
     visible: str = field(
         default="prompt", metadata={"help": "With --turns: prompt | split:K, the tests run_tests runs."}
     )
+    submit: str = field(
+        default="tool",
+        metadata={
+            "help": "With --turns: tool (the model calls run_tests) | answer (every answer is run and its report "
+            "is the next user turn, RLEF's loop; no tool template needed)."
+        },
+    )
     tool_template: bool = field(
         default=False,
         metadata={"help": "With --turns: give a ChatML model TRL's Qwen2.5 tool template (tiny, smollm2)."},
@@ -445,7 +452,7 @@ def cmd_eval(argv: Sequence[str]) -> int:
             "usage: passk eval MODEL [--config CONFIG] [--out FILE] [--key value ...]\n\n"
             "MODEL: tiny | smollm2 | a model folder | a run's output_dir | a checkpoint-N folder | a hub id.\n"
             "Keys: the data and eval_* keys of ExperimentArgs, plus out, seed, device, dtype, split, engine, and for\n"
-            "multi-turn repair turns, visible, tool_template (docs/repair.md)."
+            "multi-turn repair turns, visible, submit, tool_template (docs/repair.md)."
         )
         return 0
     model = args.pop(0)
@@ -601,6 +608,7 @@ def _evaluate_repair(
             seed=ea.seed,
             batch_size=exp.eval_batch_size,
             visible=ea.visible,
+            submit=ea.submit,
             timeout=exp.reward_timeout,
             memory_mb=exp.reward_memory_mb,
             use_vllm=ea.engine == "vllm",

@@ -427,11 +427,11 @@ class PPOTrainer(GRPOSeamsMixin, GRPOTrainer):
         unsupported = _unsupported_parallelism(args)
         if unsupported:
             raise ValueError(_unsupported_message(unsupported))
-        if kwargs.get("environment_factory") or kwargs.get("tools"):
+        if kwargs.get("environment_factory") or kwargs.get("tools") or kwargs.get("rollout_func"):
             raise ValueError(
-                "PPOTrainer cannot train multi-turn rollouts (tools, environment_factory): its GAE reads the loss "
-                "mask as a prefix of each completion, and the tool results' tokens sit inside it; use GRPOTrainer "
-                "or ReinforceTrainer (docs/repair.md)"
+                "PPOTrainer cannot train multi-turn rollouts (tools, environment_factory, rollout_func): its GAE "
+                "reads the loss mask as a prefix of each completion, and the feedback's tokens sit inside it; use "
+                "GRPOTrainer or ReinforceTrainer (docs/repair.md)"
             )
         super().__init__(model=model, reward_funcs=reward_funcs, args=args, **kwargs)
         if self.is_deepspeed_enabled:  # set up by accelerate from its own config

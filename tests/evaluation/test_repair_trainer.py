@@ -1,5 +1,7 @@
-"""Multi-turn repair through TRL on the tiny model: the loss reaches the model's own tokens and never the feedback's
-(GRPOTrainer's and ReinforceTrainer's), a training step and the evaluation run, PPO refuses in one line, and the
+"""Multi-turn repair through TRL on the tiny model, in both loops (the model calls run_tests through
+environment_factory; every answer is run and its report is the next user turn through rollout_func, RLEF's): the
+loss reaches the model's own tokens and never the feedback's (GRPOTrainer's and ReinforceTrainer's), the turn limit
+and the token cap hold, a training step and the evaluation run, misuse and PPO are refused in one line, and the
 token budget stops training."""
 
 from __future__ import annotations
@@ -290,3 +292,217 @@ def test_the_docs_script_runs_as_written(tmp_path: Path, passk_cache: Path) -> N
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "repair steps: 1" in proc.stdout.splitlines()
+
+
+# ---- RLEF's loop: every answer is run, the report is the next user turn (experiments.trainers.answer_feedback) ----
+WRONG_ANSWER = "```python\ndef calc(x):\n    return x + 78\n```<|im_end|>"
+RIGHT_ANSWER = "```python\ndef calc(x):\n    return x + 79\n```<|im_end|>"
+
+
+@pytest.fixture
+def chatml_tokenizer(tiny_model_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)  # its own ChatML template: no tools needed
+
+
+def _answer_trainer(
+    cls: Any, config: Any, model_dir: Path, chatml_tokenizer: Any, turns: int = 3
+) -> tuple[Any, Any, Any]:
+    from datasets import Dataset
+
+    from experiments.trainers.answer_feedback import AnswerFeedbackRollout
+    from rewards.repair import RepairReward
+
+    reward, dataset = RepairReward(), Dataset.from_list([ROW] * 4)
+    rollout = AnswerFeedbackRollout(dataset, max_turns=turns, visible="split:1")
+    trainer = cls(
+        model=str(model_dir),
+        reward_funcs=[reward],
+        args=config,
+        train_dataset=dataset,
+        processing_class=chatml_tokenizer,
+        rollout_func=rollout,
+    )
+    return trainer, reward, rollout
+
+
+def _answer_config(tmp_path: Path, tiny_train_args: Any, **extra: Any) -> dict[str, Any]:
+    return (
+        dict(tiny_train_args)
+        | {
+            "output_dir": str(tmp_path),
+            "per_device_train_batch_size": 2,
+            "num_generations": 2,
+            "max_completion_length": 512,
+            "max_steps": 1,
+            "report_to": "none",
+        }
+        | extra
+    )
+
+
+def _answer_rollouts(trainer: Any) -> dict[str, Any]:
+    trainer.model.eval()
+    return trainer._generate_and_score_completions([dict(trainer.train_dataset[0]) for _ in range(2)])
+
+
+@pytest.mark.parametrize("method", ["grpo", "reinforce_rloo"])
+def test_answer_feedback_loss_reaches_the_models_tokens_and_never_the_reports(
+    method: str, tmp_path: Path, tiny_model_dir: Path, tiny_train_args: Any, chatml_tokenizer: Any
+) -> None:
+    from experiments.trainers import METHODS, build_config
+
+    config = build_config(method, **_answer_config(tmp_path, tiny_train_args))
+    trainer, reward, _ = _answer_trainer(
+        METHODS[method].trainer_cls, config, tiny_model_dir, chatml_tokenizer
+    )
+    calls = _scripted(trainer, chatml_tokenizer, [WRONG_ANSWER, RIGHT_ANSWER, "never reached<|im_end|>"])
+    out = _answer_rollouts(trainer)
+    assert calls == [2, 2]  # the first answer, then one more per report: the second passes the visible test
+    records = reward.last_records
+    assert [(r.first_passed, r.final_passed, r.submissions) for r in records] == [(False, True, 2)] * 2
+    assert [r.sandbox_runs for r in records] == [2, 2]  # each answer ran on the one visible test
+    feedback, own = _feedback_and_model_tokens(trainer, chatml_tokenizer, out)
+    assert "returned 127" in feedback and "answer 1 of 3" in feedback
+    assert "returned" not in own and "x + 78" in own and "x + 79" in own
+    grad = _gradient_on_tokens(trainer, out)
+    mask = out["completion_mask"] * out["tool_mask"]
+    feedback_positions = (out["completion_mask"] == 1) & (out["tool_mask"] == 0)
+    assert feedback_positions.any()
+    assert torch.all(grad[feedback_positions] == 0)
+    assert torch.all(grad[mask.bool()] != 0)
+
+
+def test_answer_feedback_turn_limit_holds_and_the_last_answer_is_not_run(
+    tmp_path: Path, tiny_model_dir: Path, tiny_train_args: Any, chatml_tokenizer: Any
+) -> None:
+    from trl import GRPOConfig, GRPOTrainer
+
+    config = GRPOConfig(**_answer_config(tmp_path, tiny_train_args))
+    trainer, reward, _ = _answer_trainer(GRPOTrainer, config, tiny_model_dir, chatml_tokenizer)
+    calls = _scripted(trainer, chatml_tokenizer, [WRONG_ANSWER])
+    out = _answer_rollouts(trainer)
+    assert calls == [2, 2, 2]  # three answers, no fourth turn
+    assert [(r.submissions, r.sandbox_runs, r.final_passed) for r in reward.last_records] == [
+        (3, 2, False)
+    ] * 2
+    feedback, _ = _feedback_and_model_tokens(trainer, chatml_tokenizer, out)
+    assert feedback.count("Fix it and answer again") == 2 and "1 answer left" in feedback
+
+
+def test_answer_feedback_stays_within_the_cap_and_a_cut_answer_ends_the_rollout(
+    tmp_path: Path, tiny_model_dir: Path, tiny_train_args: Any, chatml_tokenizer: Any
+) -> None:
+    from trl import GRPOConfig, GRPOTrainer
+
+    cap = (
+        len(chatml_tokenizer(WRONG_ANSWER, add_special_tokens=False)["input_ids"]) + 20
+    )  # room for one answer, not its report
+    config = GRPOConfig(**_answer_config(tmp_path, tiny_train_args, max_completion_length=cap))
+    trainer, reward, _ = _answer_trainer(GRPOTrainer, config, tiny_model_dir, chatml_tokenizer)
+    calls = _scripted(trainer, chatml_tokenizer, [WRONG_ANSWER])
+    out = _answer_rollouts(trainer)
+    assert calls == [2] and out["completion_ids"].shape[1] <= cap
+    assert [r.submissions for r in reward.last_records] == [1, 1]
+
+    cut = (
+        len(chatml_tokenizer(WRONG_ANSWER, add_special_tokens=False)["input_ids"]) - 3
+    )  # the answer itself does not fit
+    config = GRPOConfig(**_answer_config(tmp_path, tiny_train_args, max_completion_length=cut))
+    trainer, reward, _ = _answer_trainer(GRPOTrainer, config, tiny_model_dir, chatml_tokenizer)
+    calls = _scripted(trainer, chatml_tokenizer, [WRONG_ANSWER])
+    _answer_rollouts(trainer)
+    # A cut answer is the last attempt, and it is not run on the visible tests.
+    assert calls == [2] and [(r.submissions, r.sandbox_runs) for r in reward.last_records] == [(1, 0), (1, 0)]
+
+
+def test_a_grpo_step_with_answer_feedback_logs_the_repair_metrics(
+    tmp_path: Path, tiny_model_dir: Path, tiny_train_args: Any, chatml_tokenizer: Any
+) -> None:
+    from trl import GRPOConfig, GRPOTrainer
+
+    config = GRPOConfig(**_answer_config(tmp_path, tiny_train_args, max_completion_length=48))
+    trainer, _, _ = _answer_trainer(GRPOTrainer, config, tiny_model_dir, chatml_tokenizer)
+    trainer.train()  # the tiny model's own generations: the loop runs whatever it writes
+    logged = trainer.state.log_history[0]
+    assert trainer.state.global_step == 1
+    assert {"repair/final_pass", "repair/first_pass", "repair/submissions_mean"} <= set(logged)
+    assert logged["repair/submissions_mean"] >= 1.0  # every rollout's answer is an attempt
+
+
+def test_evaluate_repair_runs_answer_feedback(tiny_model_dir: Path, chatml_tokenizer: Any) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from experiments.evaluation import repair
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    rows = [
+        ROW,
+        {**ROW, "task_id": "other", "prompt": [{"role": "user", "content": "Write calc(x): x + 79."}]},
+    ]
+    original = repair.repair_trainer
+
+    def scripted_trainer(*args: Any, **kwargs: Any) -> Any:
+        trainer, reward = original(*args, **kwargs)
+        _scripted(trainer, chatml_tokenizer, [WRONG_ANSWER, RIGHT_ANSWER])
+        return trainer, reward
+
+    repair.repair_trainer = scripted_trainer
+    try:
+        result = repair.evaluate_repair(
+            model,
+            chatml_tokenizer,
+            rows,
+            turns=3,
+            n_samples=2,
+            max_new_tokens=512,
+            batch_size=2,
+            visible="split:1",
+            submit="answer",
+        )
+    finally:
+        repair.repair_trainer = original
+    m = result["metrics"]
+    assert (m["first_pass@1"]["value"], m["final_pass@1"]["value"], m["repair_rate"]["value"]) == (
+        0.0,
+        1.0,
+        1.0,
+    )
+    assert result["submissions_mean"] == 2.0 and result["sandbox_runs"] == 4 * 2
+    assert result["settings"]["submit"] == "answer"
+
+
+def test_answer_feedback_misuse_is_refused_in_one_line(
+    tmp_path: Path, tiny_model_dir: Path, chatml_tokenizer: Any
+) -> None:
+    from experiments.trainers import PPOConfig, PPOTrainer
+    from experiments.trainers.answer_feedback import AnswerFeedbackRollout
+    from rewards.repair import RepairReward, repair_environment
+
+    errors = []
+    with pytest.raises(ValueError, match="PPOTrainer cannot train multi-turn rollouts") as e:
+        _answer_trainer(
+            PPOTrainer, PPOConfig(output_dir=str(tmp_path), use_cpu=True), tiny_model_dir, chatml_tokenizer
+        )
+    errors.append(e)
+    with pytest.raises(ValueError, match="not among AnswerFeedbackRollout's rows") as e:
+        AnswerFeedbackRollout([ROW])([[{"role": "user", "content": "another problem"}]], trainer=None)
+    errors.append(e)
+    with pytest.raises(ValueError, match="share a prompt but not their tests") as e:
+        AnswerFeedbackRollout([ROW, {**ROW, "test": "assert calc(1) == 80\n"}])
+    errors.append(e)
+    with pytest.raises(ValueError, match="needs chat prompts") as e:
+        AnswerFeedbackRollout([{**ROW, "prompt": "Write calc"}])
+    errors.append(e)
+    with pytest.raises(ValueError, match='runs submit="answer" rollouts') as e:
+        AnswerFeedbackRollout([ROW], submit="tool")
+    errors.append(e)
+    env = repair_environment(submit="answer", visible="split:1")()  # as if TRL's environment_factory ran it
+    env.reset(**ROW)
+    with pytest.raises(ValueError, match="not run by answer_feedback") as e:
+        RepairReward().score(
+            completions=[[{"role": "assistant", "content": RIGHT_ANSWER}]], environments=[env]
+        )
+    errors.append(e)
+    assert all("\n" not in str(err.value) for err in errors)

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from rewards.repair import NO_RUNS_LEFT, RepairEnvironment, RepairOptions, RepairReward, repair_environment
+from rewards.repair import (
+    NO_RUNS_LEFT,
+    RepairEnvironment,
+    RepairOptions,
+    RepairReward,
+    answer_feedback,
+    repair_environment,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -134,6 +141,40 @@ def test_a_forged_pass_gets_the_sandboxs_verdict() -> None:
         assert reward.score(completions=[[{"role": "assistant", "content": "done"}]], environments=[env]) == [
             0.0
         ]
+
+
+@pytest.mark.parametrize("visible", ["prompt", "split:1"])
+def test_answer_feedback_never_contains_a_hidden_test_and_stops_at_the_limit(visible: str) -> None:
+    env = _env(submit="answer", visible=visible)
+    intro = env.reset(**ROW)
+    assert "assert add3(1) == 4" in intro and "3 answers in all" in intro and "run_tests" not in intro
+    forged = "def add3(x):\n    print('all 1 visible test passed')\n    return 'passk-got-' + str(x)\n"
+    reports = [answer_feedback(env, f"```python\n{code}```") for code in (WRONG, forged)]
+    assert all(r is not None and "1 of 1 visible test failed" in r for r in reports), reports
+    assert "answer 1 of 3" in reports[0] and "2 answers left" in reports[0] and "1 answer left" in reports[1]
+    for text in [intro, *reports]:
+        for fragment in _hidden_fragments():
+            assert fragment not in text, (fragment, text)
+    runs = env.sandbox_runs
+    assert answer_feedback(env, RIGHT) is None  # the third answer: the last, not run on the visible tests
+    assert env.sandbox_runs == runs and len(env.submissions) == 3
+    with pytest.raises(RuntimeError, match="past the turn limit"):
+        answer_feedback(env, RIGHT)
+    reward = RepairReward()
+    assert reward.score(completions=["ignored: the answers were recorded"], environments=[env]) == [1.0]
+    assert reward.last_records[0].first_passed is False and reward.last_metrics["repair/repair_rate"] == 1.0
+
+
+def test_answer_feedback_ends_the_rollout_when_the_visible_tests_pass() -> None:
+    env = _env(submit="answer")
+    assert answer_feedback(env, RIGHT) is None and env.submissions[0].visible_passed is True
+    single = _env(submit="answer", max_turns=1)
+    assert "It must pass these tests:" in single.reset(**ROW)
+    assert (
+        answer_feedback(single, WRONG) is None and single.sandbox_runs == 0
+    )  # one answer: nothing to report
+    with pytest.raises(ValueError, match='drives submit="answer" environments'):
+        answer_feedback(_env(), RIGHT)
 
 
 def test_the_turn_limit_holds() -> None:
