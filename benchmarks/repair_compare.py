@@ -17,7 +17,9 @@ Resumable, since the comparison outlasts a session: it runs as phases, each writ
 arm's evaluation at 1 and at 3 turns, `<start|single|multi>/eval_turns_<N>.json`; each arm's training,
 `<arm>/train.json` and the model in `<arm>/final`, a checkpoint every `--save_steps` steps with the token budget
 recounted from the restored log), and a phase whose file exists is skipped, so the same command run again goes on
-where it stopped. `--use_vllm`: TRL's colocated vLLM engine generates, in training and in evaluation; each phase
+where it stopped. `--submit answer` runs RLEF's own loop in both arms (every answer runs on the visible tests and
+the report is the next user turn; experiments.trainers.answer_feedback), for models that do not call the tool.
+`--use_vllm`: TRL's colocated vLLM engine generates, in training and in evaluation; each phase
 then runs in a child process, since a colocated engine and its torch.distributed setup outlive the phase.
 
 SmolLM2-135M-Instruct's own template has no tools: it gets TRL's Qwen2.5 template (`use_tool_template`), which
@@ -75,6 +77,7 @@ def _trainer(args: argparse.Namespace, turns: int, train: list[dict], out: Path)
     from trl import GRPOConfig, GRPOTrainer
 
     from experiments.evaluation.repair import GeneratedTokenBudget
+    from experiments.trainers.answer_feedback import AnswerFeedbackRollout
     from experiments.trainers.vllm_cpu import (
         check_cpu_attention,
         engine_dtype,
@@ -84,6 +87,14 @@ def _trainer(args: argparse.Namespace, turns: int, train: list[dict], out: Path)
     from rewards.repair import RepairReward, repair_environment
 
     path = str(_model_path(args.model))
+    if args.submit == "answer":  # RLEF's loop: every answer runs; the report is the next user turn
+        rollout = {
+            "rollout_func": AnswerFeedbackRollout(
+                train, max_turns=turns, visible=args.visible, submit="answer"
+            )
+        }
+    else:
+        rollout = {"environment_factory": repair_environment(max_turns=turns, visible=args.visible)}
     tokenizer = _tokenizer(args, path)
     engine = (
         {"use_vllm": True, "vllm_mode": "colocate", "vllm_max_model_length": 2048} if args.use_vllm else {}
@@ -122,8 +133,8 @@ def _trainer(args: argparse.Namespace, turns: int, train: list[dict], out: Path)
             args=config,
             train_dataset=Dataset.from_list(train),
             processing_class=tokenizer,
-            environment_factory=repair_environment(max_turns=turns, visible=args.visible),
             callbacks=[budget],
+            **rollout,
         )
     # A no-op unless the engine is colocated on vLLM's CPU backend (experiments.trainers.vllm_cpu).
     install_cpu_vllm_sync(trainer)
@@ -149,6 +160,7 @@ def _evaluate(
         batch_size=args.eval_batch_size,
         seed=args.seed,
         visible=args.visible,
+        submit=args.submit,
         use_vllm=args.use_vllm,
     )
 
@@ -211,6 +223,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max_completion_length", type=int, default=384)
     parser.add_argument("--learning_rate", type=float, default=1e-5)
     parser.add_argument("--visible", default="split:1")
+    parser.add_argument(
+        "--submit",
+        default="tool",
+        choices=("tool", "answer"),
+        help="tool: the model calls run_tests | answer: every answer runs, RLEF's loop (docs/repair.md)",
+    )
     parser.add_argument("--n_train", type=int, default=200)
     parser.add_argument("--n_eval", type=int, default=100)
     parser.add_argument("--eval_n", type=int, default=4)
@@ -253,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
                 "step_seconds": time.perf_counter() - t0,
                 "mean_length": log.get("completions/mean_length"),
                 "tool_calls_per_rollout": log.get("tools/call_frequency"),
+                "cut_by_cap": log.get("completions/clipped_ratio"),
                 "repair/submissions_mean": log.get("repair/submissions_mean"),
                 "reward": log.get("reward"),
                 "prompt_tokens": len(

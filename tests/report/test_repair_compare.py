@@ -53,3 +53,20 @@ def test_the_comparison_goes_on_where_it_stopped(
 def test_use_vllm_refuses_a_training_top_p_below_1() -> None:
     with pytest.raises(SystemExit):
         compare.main(["--use_vllm", "--train_top_p", "0.9"])
+
+
+@pytest.mark.slow
+def test_the_comparison_runs_rlefs_answer_loop(tmp_path: Path, tiny_model_dir: Path) -> None:
+    out = tmp_path / "answer"
+    small = ["--model", str(tiny_model_dir), "--submit", "answer", "--out", str(out), "--n_train", "4"]
+    small += ["--n_eval", "2", "--eval_n", "1", "--num_generations", "2", "--max_completion_length", "16"]
+    small += ["--budget_tokens", "100000", "--max_steps", "1", "--threads", "1"]
+    assert compare.main(small) == 0
+    result = json.loads((out / "result.json").read_text())
+    for arm in ("single", "multi"):
+        logged = result[arm]["log_history"][0]
+        assert logged["repair/submissions_mean"] >= 1.0  # every answer is an attempt, no tool call needed
+        assert "tools/call_frequency" not in logged
+    for who in ("start", "single", "multi"):
+        record = result[who]["turns_3"] if who == "start" else result[who]["eval"]["turns_3"]
+        assert record["settings"]["submit"] == "answer" and record["submissions_mean"] >= 1.0
