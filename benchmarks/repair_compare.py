@@ -42,13 +42,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
-def _rows(n_train: int, n_eval: int) -> tuple[list[dict], list[dict]]:
-    from experiments.inputs.data import chat_messages
+def _rows(dataset: str, n_train: int, n_eval: int) -> tuple[list[dict], list[dict]]:
+    """The training and held-out rows, with chat prompts: the learnable task's splits, or HumanEval split by
+    passk's `split_dataset` (seed 0: the first `n_train` problems by hash train, the next `n_eval` are held out)."""
+    from experiments.inputs.data import chat_messages, load_humaneval, split_dataset
     from experiments.learnable.tasks import heldout_rows, train_rows
 
     def chat(rows: Any) -> list[dict]:
         return [{**r, "prompt": chat_messages(r["code_prompt"])} for r in rows]
 
+    if dataset == "humaneval":  # HumanEval's `prompt` is the code prompt; its solution stays out of the rows
+        parts = split_dataset(load_humaneval(), n_train=n_train, n_eval=n_eval, seed=0)
+        keep = ("task_id", "test", "entry_point")
+        return tuple(
+            chat([{**{k: r[k] for k in keep}, "code_prompt": r["prompt"]} for r in parts[name]])
+            for name in ("train", "eval")
+        )
     return chat(train_rows(n_train)), chat(heldout_rows(n_eval))
 
 
@@ -222,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts_per_step", type=int, default=1)
     parser.add_argument("--max_completion_length", type=int, default=384)
     parser.add_argument("--learning_rate", type=float, default=1e-5)
+    parser.add_argument(
+        "--dataset",
+        default="learnable",
+        choices=("learnable", "humaneval"),
+        help="humaneval: --n_train 100 --n_eval 64 --visible prompt (docs/repair.md's second amendment)",
+    )
     parser.add_argument("--visible", default="split:1")
     parser.add_argument(
         "--submit",
@@ -256,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    train, heldout = _rows(args.n_train, args.n_eval)
+    train, heldout = _rows(args.dataset, args.n_train, args.n_eval)
     result: dict[str, Any] = {"settings": vars(args)}
     if args.one_step:
         for name, turns in (("single", 1), ("multi", 3)):

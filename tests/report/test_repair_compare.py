@@ -70,3 +70,12 @@ def test_the_comparison_runs_rlefs_answer_loop(tmp_path: Path, tiny_model_dir: P
     for who in ("start", "single", "multi"):
         record = result[who]["turns_3"] if who == "start" else result[who]["eval"]["turns_3"]
         assert record["settings"]["submit"] == "answer" and record["submissions_mean"] >= 1.0
+
+
+def test_humaneval_rows_are_split_disjoint_and_carry_no_solution() -> None:
+    train, heldout = compare._rows("humaneval", 100, 64)
+    assert (len(train), len(heldout)) == (100, 64)
+    assert not {r["task_id"] for r in train} & {r["task_id"] for r in heldout}
+    for row in (train[0], heldout[0]):
+        assert "canonical_solution" not in row and row["code_prompt"] in row["prompt"][-1]["content"]
+        assert {"test", "entry_point"} <= set(row)
