@@ -61,6 +61,56 @@ def _rows(dataset: str, n_train: int, n_eval: int) -> tuple[list[dict], list[dic
     return chat(train_rows(n_train)), chat(heldout_rows(n_eval))
 
 
+def _splittable(rows: list[dict], visible: str) -> tuple[list[dict], list[str]]:
+    """The rows the repair environment can read with `visible` (a `split:K` needs more than K asserts), and the
+    task ids of the others: a row it refuses is dropped, and the record says which."""
+    from rewards.repair import RepairEnvironment, RepairOptions
+
+    keep, dropped = [], []
+    for row in rows:
+        try:
+            RepairEnvironment(RepairOptions(visible=visible)).reset(**row)
+            keep.append(row)
+        except ValueError:
+            dropped.append(str(row.get("task_id")))
+    return keep, dropped
+
+
+# The pre-registered signal check (docs/repair.md): the start model gets feedback often enough, and its first
+# attempts neither all pass nor all fail. A report follows a failed answer (submit="answer"), a tool call is a run.
+SIGNAL_PROBLEMS, SIGNAL_SAMPLES, FIRST_PASS_BAND = 20, 5, (0.05, 0.95)
+MIN_SUBMISSIONS = {"answer": 1.2, "tool": 0.2}
+
+
+def _signal_check(args: argparse.Namespace, heldout: list[dict], out: Path) -> dict[str, Any]:
+    from transformers import AutoModelForCausalLM
+
+    from experiments.evaluation.repair import evaluate_repair
+
+    path = str(_model_path(args.model))
+    record = evaluate_repair(
+        AutoModelForCausalLM.from_pretrained(path),
+        _tokenizer(args, path),
+        heldout[:SIGNAL_PROBLEMS],
+        turns=3,
+        n_samples=SIGNAL_SAMPLES,
+        max_new_tokens=args.max_completion_length,
+        batch_size=8,
+        seed=0,
+        visible=args.visible,
+        submit=args.submit,
+        use_vllm=args.use_vllm,
+    )
+    first = record["metrics"]["first_pass@1"]["value"]
+    lo, hi = FIRST_PASS_BAND
+    record["rule"] = {
+        "submissions_mean_at_least": MIN_SUBMISSIONS[args.submit],
+        "first_pass_within": [lo, hi],
+        "passed": record["submissions_mean"] >= MIN_SUBMISSIONS[args.submit] and lo <= first <= hi,
+    }
+    return record
+
+
 def _model_path(model: str) -> Path:
     """`smollm2`, a parted model's name (`qwen2.5-coder-0.5b`) or a local model directory."""
     from experiments.inputs.models import parted_model_path, smollm2_path
@@ -218,6 +268,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--arms", default="single,multi", help="with --one_step: the arms to time")
     parser.add_argument(
+        "--signal_check",
+        action="store_true",
+        help="score the start model on the first 20 held-out problems x 5 at 3 turns; the rule's verdict",
+    )
+    parser.add_argument(
         "--model", default="smollm2", help="smollm2 | qwen2.5-coder-0.5b (the fallback) | a model directory"
     )
     parser.add_argument(
@@ -272,7 +327,25 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     train, heldout = _rows(args.dataset, args.n_train, args.n_eval)
-    result: dict[str, Any] = {"settings": vars(args)}
+    train, dropped_train = _splittable(train, args.visible)
+    heldout, dropped_heldout = _splittable(heldout, args.visible)
+    result: dict[str, Any] = {
+        "settings": vars(args),
+        "dropped": {"train": dropped_train, "heldout": dropped_heldout},
+    }
+    if dropped_train or dropped_heldout:
+        print(f"visible={args.visible}: dropped {dropped_train + dropped_heldout} (too few tests to split)")
+    if args.signal_check:
+        record = _signal_check(args, heldout, out)
+        record["dropped"] = result["dropped"]
+        (out / "signal_check.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+        print("signal check:", json.dumps(record["rule"]), flush=True)
+        return 0
+    check = out / "signal_check.json"
+    if check.exists() and not json.loads(check.read_text())["rule"]["passed"]:
+        raise SystemExit(
+            f"{check} says the signal check failed: the comparison cannot show an effect (docs/repair.md)"
+        )
     if args.one_step:
         for name, turns in (("single", 1), ("multi", 3)):
             if name not in args.arms.split(","):

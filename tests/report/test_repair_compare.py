@@ -79,3 +79,25 @@ def test_humaneval_rows_are_split_disjoint_and_carry_no_solution() -> None:
     for row in (train[0], heldout[0]):
         assert "canonical_solution" not in row and row["code_prompt"] in row["prompt"][-1]["content"]
         assert {"test", "entry_point"} <= set(row)
+
+
+@pytest.mark.slow
+def test_a_failed_signal_check_stops_the_comparison(tmp_path: Path, tiny_model_dir: Path) -> None:
+    out = tmp_path / "check"
+    small = ["--model", str(tiny_model_dir), "--submit", "answer", "--out", str(out), "--n_train", "4"]
+    small += ["--n_eval", "2", "--max_completion_length", "16", "--threads", "1"]
+    assert compare.main([*small, "--signal_check"]) == 0
+    record = json.loads((out / "signal_check.json").read_text())
+    assert record["num_problems"] == 2 and record["settings"]["n_samples"] == compare.SIGNAL_SAMPLES
+    # The tiny model writes noise: no first attempt passes, so the rule fails and the comparison does not run.
+    assert record["metrics"]["first_pass@1"]["value"] == 0.0 and record["rule"]["passed"] is False
+    with pytest.raises(SystemExit, match="signal check failed"):
+        compare.main(small)
+    assert not (out / "start").exists()
+
+
+def test_rows_the_visible_split_cannot_read_are_dropped_and_named() -> None:
+    train, heldout = compare._rows("humaneval", 100, 64)
+    kept, dropped = compare._splittable(heldout, "split:2")
+    assert dropped and len(kept) + len(dropped) == 64
+    assert "HumanEval/29" in dropped  # two asserts: none would be left hidden
