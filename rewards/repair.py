@@ -359,16 +359,16 @@ class RepairEnvironment:
         self.submissions, self.sandbox_runs, self.refused, self.answer_loop = [], 0, 0, False
         n = self.options.max_turns
         if self.options.submit == "answer":
-            head = (
-                ""
-                if n == 1
-                else f"Your answer's code will be run on these tests; if one fails you will see what went wrong "
-                f"and may answer again, {n} answers in all; your last answer counts. "
-            )
-            if self.problem.visible:
-                head += "Tests:" if n > 1 else "It must pass these tests:"
-            elif n > 1:
-                head += "This problem shows no tests: you will see whether your code runs."
+            again = f"you will see what went wrong and may answer again, {n} answers in all; your last answer counts"
+            if not self.problem.visible:
+                head = (
+                    f"This problem shows no tests: your code will be run, and if it does not run {again}."
+                    * (n > 1)
+                )
+            else:
+                head = f"Your answer's code will be run on these tests; if one fails {again}. Tests:" * (
+                    n > 1
+                ) or ("It must pass these tests:")
         else:
             head = (
                 f"You can run your code with the run_tests tool, at most {n} time{'s' if n > 1 else ''}; your "
@@ -379,6 +379,8 @@ class RepairEnvironment:
                     else "This problem shows no tests: run_tests says whether your code loads."
                 )
             )
+        if not head:  # one answer and no test to show: nothing to add to the prompt
+            return ""
         lines = ["", head]
         lines += [_clip(v.shown, self.options.max_line_chars) for v in self.problem.visible[:5]]
         if len(self.problem.visible) > 5:
