@@ -97,6 +97,19 @@ def _gradient_on_tokens(trainer: Any, out: dict) -> torch.Tensor:
     return captured["logps"].grad
 
 
+def _assert_the_loss_reaches_only_the_models_tokens(trainer: Any, out: dict) -> None:
+    grad = _gradient_on_tokens(trainer, out)
+    mask = out["completion_mask"] * out["tool_mask"]
+    feedback_positions = (out["completion_mask"] == 1) & (out["tool_mask"] == 0)
+    assert feedback_positions.any()
+    assert torch.all(grad[feedback_positions] == 0)
+    assert torch.all(grad[mask.bool()] != 0)
+
+
+def _first_final_repair(result: dict) -> tuple[float, ...]:
+    return tuple(result["metrics"][k]["value"] for k in ("first_pass@1", "final_pass@1", "repair_rate"))
+
+
 def _trainer(cls: Any, config: Any, model_dir: Path, tokenizer: Any, turns: int = 2) -> tuple[Any, Any]:
     from datasets import Dataset
 
@@ -148,12 +161,7 @@ def test_the_loss_reaches_the_models_tokens_and_never_the_feedback(
     assert "returned 127" in feedback and "all 2 visible tests passed" in feedback
     assert "returned" not in own and "visible" not in own
     assert own.count("run_tests") == 2 and "Done." in own
-    grad = _gradient_on_tokens(trainer, out)
-    mask = out["completion_mask"] * out["tool_mask"]
-    feedback_positions = (out["completion_mask"] == 1) & (out["tool_mask"] == 0)
-    assert feedback_positions.any()
-    assert torch.all(grad[feedback_positions] == 0)
-    assert torch.all(grad[mask.bool()] != 0)
+    _assert_the_loss_reaches_only_the_models_tokens(trainer, out)
 
 
 def test_a_grpo_step_through_the_environment_logs_the_repair_metrics(
@@ -204,12 +212,7 @@ def test_evaluate_repair_scores_first_and_final_attempts(tiny_model_dir: Path, t
         )
     finally:
         repair.repair_trainer = original
-    m = result["metrics"]
-    assert (m["first_pass@1"]["value"], m["final_pass@1"]["value"], m["repair_rate"]["value"]) == (
-        0.0,
-        1.0,
-        1.0,
-    )
+    assert _first_final_repair(result) == (0.0, 1.0, 1.0)
     assert result["sandbox_runs"] == 4 * 2 * 2  # 4 rollouts x 2 submissions x 2 visible tests
     assert result["tokens_generated"] > 0 and result["num_problems"] == 2
     # One turn: the first submission is the answer; the rest of the script is never run.
@@ -366,12 +369,7 @@ def test_answer_feedback_loss_reaches_the_models_tokens_and_never_the_reports(
     feedback, own = _feedback_and_model_tokens(trainer, chatml_tokenizer, out)
     assert "returned 127" in feedback and "answer 1 of 3" in feedback
     assert "returned" not in own and "x + 78" in own and "x + 79" in own
-    grad = _gradient_on_tokens(trainer, out)
-    mask = out["completion_mask"] * out["tool_mask"]
-    feedback_positions = (out["completion_mask"] == 1) & (out["tool_mask"] == 0)
-    assert feedback_positions.any()
-    assert torch.all(grad[feedback_positions] == 0)
-    assert torch.all(grad[mask.bool()] != 0)
+    _assert_the_loss_reaches_only_the_models_tokens(trainer, out)
 
 
 def test_answer_feedback_turn_limit_holds_and_the_last_answer_is_not_run(
@@ -463,12 +461,7 @@ def test_evaluate_repair_runs_answer_feedback(tiny_model_dir: Path, chatml_token
         )
     finally:
         repair.repair_trainer = original
-    m = result["metrics"]
-    assert (m["first_pass@1"]["value"], m["final_pass@1"]["value"], m["repair_rate"]["value"]) == (
-        0.0,
-        1.0,
-        1.0,
-    )
+    assert _first_final_repair(result) == (0.0, 1.0, 1.0)
     assert result["submissions_mean"] == 2.0 and result["sandbox_runs"] == 4 * 2
     assert result["settings"]["submit"] == "answer"
 
