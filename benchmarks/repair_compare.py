@@ -82,7 +82,7 @@ SIGNAL_PROBLEMS, SIGNAL_SAMPLES, FIRST_PASS_BAND = 20, 5, (0.05, 0.95)
 MIN_SUBMISSIONS = {"answer": 1.2, "tool": 0.2}
 
 
-def _signal_check(args: argparse.Namespace, heldout: list[dict], out: Path) -> dict[str, Any]:
+def _signal_check(args: argparse.Namespace, heldout: list[dict]) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     from experiments.evaluation.repair import evaluate_repair
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         "--dataset",
         default="learnable",
         choices=("learnable", "humaneval"),
-        help="humaneval: --n_train 100 --n_eval 64 --visible prompt (docs/repair.md's second amendment)",
+        help="humaneval: with --n_train 100 --n_eval 64 and --visible split:2 (docs/repair.md's third amendment)",
     )
     parser.add_argument("--visible", default="split:1")
     parser.add_argument(
@@ -336,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     if dropped_train or dropped_heldout:
         print(f"visible={args.visible}: dropped {dropped_train + dropped_heldout} (too few tests to split)")
     if args.signal_check:
-        record = _signal_check(args, heldout, out)
+        record = _signal_check(args, heldout)
         record["dropped"] = result["dropped"]
         (out / "signal_check.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
         print("signal check:", json.dumps(record["rule"]), flush=True)
