@@ -135,25 +135,17 @@ def _trainer(args: argparse.Namespace, turns: int, train: list[dict], out: Path)
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from experiments.evaluation.repair import GeneratedTokenBudget
-    from experiments.trainers.answer_feedback import AnswerFeedbackRollout
+    from experiments.evaluation.repair import GeneratedTokenBudget, repair_loop
     from experiments.trainers.vllm_cpu import (
         check_cpu_attention,
         engine_dtype,
         host_dtype,
         install_cpu_vllm_sync,
     )
-    from rewards.repair import RepairReward, repair_environment
+    from rewards.repair import RepairReward
 
     path = str(_model_path(args.model))
-    if args.submit == "answer":  # RLEF's loop: every answer runs; the report is the next user turn
-        rollout = {
-            "rollout_func": AnswerFeedbackRollout(
-                train, max_turns=turns, visible=args.visible, submit="answer"
-            )
-        }
-    else:
-        rollout = {"environment_factory": repair_environment(max_turns=turns, visible=args.visible)}
+    rollout = repair_loop(train, turns=turns, visible=args.visible, submit=args.submit)
     tokenizer = _tokenizer(args, path)
     engine = (
         {"use_vllm": True, "vllm_mode": "colocate", "vllm_max_model_length": 2048} if args.use_vllm else {}

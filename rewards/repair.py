@@ -360,15 +360,12 @@ class RepairEnvironment:
         n = self.options.max_turns
         if self.options.submit == "answer":
             again = f"you will see what went wrong and may answer again, {n} answers in all; your last answer counts"
-            if not self.problem.visible:
-                head = (
-                    f"This problem shows no tests: your code will be run, and if it does not run {again}."
-                    * (n > 1)
-                )
+            if n == 1:
+                head = "It must pass these tests:" if self.problem.visible else ""
+            elif self.problem.visible:
+                head = f"Your answer's code will be run on these tests; if one fails {again}. Tests:"
             else:
-                head = f"Your answer's code will be run on these tests; if one fails {again}. Tests:" * (
-                    n > 1
-                ) or ("It must pass these tests:")
+                head = f"This problem shows no tests: your code will be run, and if it does not run {again}."
         else:
             head = (
                 f"You can run your code with the run_tests tool, at most {n} time{'s' if n > 1 else ''}; your "

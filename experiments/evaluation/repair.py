@@ -31,7 +31,7 @@ from transformers import TrainerCallback
 from experiments.evaluation.scorer import scorer_stamp
 from experiments.evaluation.stats import bootstrap_ci
 
-__all__ = ["GeneratedTokenBudget", "evaluate_repair", "repair_trainer", "use_tool_template"]
+__all__ = ["GeneratedTokenBudget", "evaluate_repair", "repair_loop", "repair_trainer", "use_tool_template"]
 
 
 def use_tool_template(tokenizer: Any) -> Any:
@@ -85,6 +85,18 @@ class GeneratedTokenBudget(TrainerCallback):
             self._count(logs, control)
 
 
+def repair_loop(rows: Any, *, turns: int, **options: Any) -> dict[str, Any]:
+    """GRPOTrainer's keyword for a repair rollout of `rows`: `rollout_func`, RLEF's loop, when `submit="answer"`
+    (`experiments.trainers.answer_feedback`), else `environment_factory` (the model calls `run_tests`). `options`
+    are `RepairOptions` fields besides `max_turns`."""
+    from experiments.trainers.answer_feedback import AnswerFeedbackRollout
+    from rewards.repair import repair_environment
+
+    if options.get("submit", "tool") == "answer":
+        return {"rollout_func": AnswerFeedbackRollout(rows, max_turns=turns, **options)}
+    return {"environment_factory": repair_environment(max_turns=turns, **options)}
+
+
 def _chat_prompt(row: Mapping[str, Any]) -> list[dict[str, str]]:
     prompt = row.get("prompt")
     if isinstance(prompt, list):
@@ -122,21 +134,18 @@ def repair_trainer(
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from experiments.trainers.answer_feedback import AnswerFeedbackRollout
     from experiments.trainers.vllm_cpu import (
         check_cpu_attention,
         engine_dtype,
         host_dtype,
         install_cpu_vllm_sync,
     )
-    from rewards.repair import RepairReward, check_tool_template, repair_environment
+    from rewards.repair import RepairReward, check_tool_template
 
     dataset = Dataset.from_list([{**dict(r), "prompt": _chat_prompt(r)} for r in rows])
-    if options.get("submit", "tool") == "answer":  # RLEF's loop: every answer runs, no tool call needed
-        rollout = {"rollout_func": AnswerFeedbackRollout(dataset, max_turns=turns, **options)}
-    else:
+    rollout = repair_loop(dataset, turns=turns, **options)
+    if "environment_factory" in rollout:  # the tool loop needs a template that renders tool calls
         check_tool_template(tokenizer)
-        rollout = {"environment_factory": repair_environment(max_turns=turns, **options)}
     reward = RepairReward()
     cpu = next(model.parameters()).device.type == "cpu"
     engine: dict[str, Any] = {}
@@ -202,8 +211,8 @@ def evaluate_repair(
     """Repair rollouts of every problem (`n_samples` each, up to `turns` submissions) and their summary.
 
     `batch_size` counts problems per generation batch (a progress bar counts the batches unless `progress` is
-    False); `options` are `RepairOptions` fields (`visible`, `feedback`, `timeout`, ...). Returns a JSON-ready dict: `metrics` (`final_pass@1`, `first_pass@1`,
-    `repair_rate`, each `{"value", "ci"}`), `tokens_generated` (the model's own), `sandbox_runs` (visible tests),
+    False); `options` are `RepairOptions` fields (`visible`, `feedback`, `submit`, `timeout`, ...). Returns a
+    JSON-ready dict: `metrics` (`final_pass@1`, `first_pass@1`, `repair_rate`, each `{"value", "ci"}`), `tokens_generated` (the model's own), `sandbox_runs` (visible tests),
     `submissions_mean`, `problems` (per problem: n, first and final passes) and the settings. `use_vllm`: TRL's
     colocated vLLM engine generates (`repair_trainer`); the engine and its torch.distributed setup are not torn
     down when the call returns, so run one such evaluation per process, as benchmarks/repair_compare.py does."""
