@@ -212,7 +212,7 @@ def evaluate_repair(
 
     `batch_size` counts problems per generation batch (a progress bar counts the batches unless `progress` is
     False); `options` are `RepairOptions` fields (`visible`, `feedback`, `submit`, `timeout`, ...). Returns a
-    JSON-ready dict: `metrics` (`final_pass@1`, `first_pass@1`, `repair_rate`, each `{"value", "ci"}`), `tokens_generated` (the model's own), `sandbox_runs` (visible tests),
+    JSON-ready dict: `metrics` (`final_pass@1`, `first_pass@1`, `repair_rate`, each `{"value", "ci"}`), `cut_by_cap` (rollouts), `tokens_generated` (the model's own), `sandbox_runs` (visible tests),
     `submissions_mean`, `problems` (per problem: n, first and final passes) and the settings. `use_vllm`: TRL's
     colocated vLLM engine generates (`repair_trainer`); the engine and its torch.distributed setup are not torn
     down when the call returns, so run one such evaluation per process, as benchmarks/repair_compare.py does."""
@@ -237,7 +237,7 @@ def evaluate_repair(
     )
     prompts = list(trainer.train_dataset)
     records: list[Any] = []
-    tokens = 0.0
+    tokens, cut = 0.0, 0.0
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
@@ -255,6 +255,8 @@ def evaluate_repair(
                 trainer._generate_and_score_completions(inputs)
                 records += reward.last_records
                 tokens += trainer._metrics["eval"]["completions/mean_length"][-1] * len(inputs)
+                # TRL's share of rollouts whose last token is not EOS: here, cut by the cap (no stop strings)
+                cut += trainer._metrics["eval"]["completions/clipped_ratio"][-1] * len(inputs)
     finally:
         model.train(was_training)
     seconds = time.perf_counter() - t0
@@ -297,6 +299,7 @@ def evaluate_repair(
         "repairs": sum(r.final_passed for r in failed_first),
         "failed_first": len(failed_first),
         "tokens_generated": int(round(tokens)),
+        "cut_by_cap": int(round(cut)),  # rollouts whose last turn the cap cut (that answer got no report)
         "sandbox_runs": sum(r.sandbox_runs for r in records),
         "submissions_mean": sum(r.submissions for r in records) / len(records),
         "generation_seconds": seconds,

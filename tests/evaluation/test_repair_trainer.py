@@ -459,10 +459,17 @@ def test_evaluate_repair_runs_answer_feedback(tiny_model_dir: Path, chatml_token
             visible="split:1",
             submit="answer",
         )
+        capped = repair.evaluate_repair(
+            model, chatml_tokenizer, rows, turns=3, n_samples=2, max_new_tokens=8, batch_size=2,
+            visible="split:1", submit="answer",
+        )  # fmt: skip
     finally:
         repair.repair_trainer = original
     assert _first_final_repair(result) == (0.0, 1.0, 1.0)
     assert result["submissions_mean"] == 2.0 and result["sandbox_runs"] == 4 * 2
+    assert result["cut_by_cap"] == 0  # every scripted answer ends with <|im_end|>
+    # A cap shorter than the first answer: every rollout is cut, and a cut answer gets no report.
+    assert capped["cut_by_cap"] == 4 and capped["submissions_mean"] == 1.0 and capped["sandbox_runs"] == 0
     assert result["settings"]["submit"] == "answer"
 
 
