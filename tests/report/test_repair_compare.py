@@ -101,3 +101,25 @@ def test_rows_the_visible_split_cannot_read_are_dropped_and_named() -> None:
     kept, dropped = compare._splittable(heldout, "split:2")
     assert dropped and len(kept) + len(dropped) == 64
     assert "HumanEval/29" in dropped  # two asserts: none would be left hidden
+
+
+def test_a_screened_file_is_split_as_the_sized_run_split_it() -> None:
+    screen = ROOT / "benchmarks" / "results" / "sized_0.5b" / "records" / "screened35.jsonl"
+    train, heldout = compare._rows(str(screen), 20, 15)
+    assert (len(train), len(heldout)) == (20, 15)
+    assert not {r["task_id"] for r in train} & {r["task_id"] for r in heldout}
+    assert "HumanEval/0" in {r["task_id"] for r in train} and "canonical_solution" not in train[0]
+    assert "HumanEval/11" in {r["task_id"] for r in heldout}
+
+
+@pytest.mark.slow
+def test_eval_rows_all_scores_the_trained_problems_then_the_held_out_ones(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    out = tmp_path / "all"
+    small = ["--model", str(tiny_model_dir), "--submit", "answer", "--out", str(out), "--n_train", "3"]
+    small += ["--n_eval", "2", "--max_completion_length", "8", "--threads", "1", "--eval_rows", "all"]
+    assert compare.main([*small, "--signal_check"]) == 0
+    record = json.loads((out / "signal_check.json").read_text())
+    train, heldout = compare._rows("learnable", 3, 2)
+    assert [p["task_id"] for p in record["problems"]] == [r["task_id"] for r in train + heldout]
