@@ -217,15 +217,49 @@ def _evaluate(who: str, turns: int, args: argparse.Namespace, rows: list[dict], 
     )
 
 
-def _paired(a: dict, b: dict, metric: str, seed: int) -> list[float]:
+def _difference(a: dict, b: dict, metric: str, seed: int, part: slice = slice(None)) -> dict[str, Any]:
+    """`metric` of record `a` minus record `b` over the problems in `part` (the same problems, in the same order,
+    in both), with the paired bootstrap interval over those problems."""
     import numpy as np
 
     from experiments.evaluation.stats import paired_interval
 
     key = {"final_pass@1": "final_passed", "first_pass@1": "first_passed"}[metric]
-    x = np.array([[p[key] / p["n"] for p in a["problems"]]])
-    y = np.array([[p[key] / p["n"] for p in b["problems"]]])
-    return paired_interval(x, y, n_bootstrap=2000, seed=seed)
+    x, y = ([[p[key] / p["n"] for p in r["problems"][part]]] for r in (a, b))
+    return {
+        "difference": float(np.mean(x) - np.mean(y)),
+        "interval": paired_interval(np.array(x), np.array(y), n_bootstrap=2000, seed=seed),
+        "problems": len(x[0]),
+    }
+
+
+def _comparisons(result: dict[str, Any], n_trained: int | None, seed: int) -> dict[str, Any]:
+    """The primary endpoint and the secondary differences (docs/repair.md): multi minus single at 3 turns, over
+    all scored problems and, when the trained ones were scored first (`n_trained`), over each part apart; and
+    each arm's change from the start at 1 turn (first attempt) and at 3 turns (final answer)."""
+    ends = {arm: result[arm]["eval"] for arm in ("single", "multi")}
+    parts = {"all": slice(None)}
+    if n_trained is not None:
+        parts |= {"trained": slice(None, n_trained), "heldout": slice(n_trained, None)}
+    out: dict[str, Any] = {
+        "primary": {
+            "endpoint": "final_pass@1 at 3 turns, multi-turn arm minus single-turn arm",
+            **_difference(ends["multi"]["turns_3"], ends["single"]["turns_3"], "final_pass@1", seed),
+        },
+        "multi_minus_single_at_3_turns": {
+            name: _difference(ends["multi"]["turns_3"], ends["single"]["turns_3"], "final_pass@1", seed, part)
+            for name, part in parts.items()
+        },
+    }
+    for arm, turns, metric in (
+        (a, t, m) for a in ends for t, m in ((1, "first_pass@1"), (3, "final_pass@1"))
+    ):
+        start = result["start"][f"turns_{turns}"]
+        out[f"{arm}_minus_start_at_{turns}_turns"] = {
+            name: _difference(ends[arm][f"turns_{turns}"], start, metric, seed, part)
+            for name, part in parts.items()
+        }
+    return out
 
 
 def _phase(path: Path, run: Any) -> None:
@@ -402,12 +436,8 @@ def main(argv: list[str] | None = None) -> int:
         result[name]["eval"] = {
             f"turns_{t}": json.loads((out / f"{name}/eval_turns_{t}.json").read_text()) for t in (1, 3)
         }
-    multi, single = result["multi"]["eval"]["turns_3"], result["single"]["eval"]["turns_3"]
-    result["primary"] = {
-        "endpoint": "final_pass@1 at 3 turns, multi-turn arm minus single-turn arm",
-        "difference": multi["metrics"]["final_pass@1"]["value"] - single["metrics"]["final_pass@1"]["value"],
-        "interval": _paired(multi, single, "final_pass@1", args.seed),
-    }
+    n_trained = len(train) if args.eval_rows == "all" else None
+    result |= _comparisons(result, n_trained, args.seed)
     (out / "result.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
     print(json.dumps(result["primary"]))
     return 0

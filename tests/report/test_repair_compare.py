@@ -123,3 +123,32 @@ def test_eval_rows_all_scores_the_trained_problems_then_the_held_out_ones(
     record = json.loads((out / "signal_check.json").read_text())
     train, heldout = compare._rows("learnable", 3, 2)
     assert [p["task_id"] for p in record["problems"]] == [r["task_id"] for r in train + heldout]
+
+
+def _record(final: list[int], first: list[int]) -> dict:
+    problems = [
+        {"task_id": f"T/{i}", "n": 4, "final_passed": f, "first_passed": g}
+        for i, (f, g) in enumerate(zip(final, first, strict=True))
+    ]
+    return {"problems": problems}
+
+
+def test_the_comparisons_pair_each_problem_and_split_trained_from_held_out() -> None:
+    start = _record([1, 1, 1, 1], [1, 1, 1, 1])
+    single = _record([2, 2, 1, 1], [2, 2, 1, 1])
+    multi = _record([4, 4, 1, 3], [2, 2, 1, 1])
+    result = {"start": {"turns_1": start, "turns_3": start}}
+    result |= {
+        arm: {"eval": {"turns_1": r, "turns_3": r}} for arm, r in (("single", single), ("multi", multi))
+    }
+    out = compare._comparisons(result, n_trained=2, seed=0)
+    assert out["primary"]["difference"] == pytest.approx((2 + 2 + 0 + 2) / 4 / 4)
+    by_part = out["multi_minus_single_at_3_turns"]
+    assert by_part["trained"]["difference"] == pytest.approx(0.5) and by_part["trained"]["problems"] == 2
+    assert by_part["heldout"]["difference"] == pytest.approx(0.25) and by_part["heldout"]["problems"] == 2
+    assert by_part["all"]["difference"] == pytest.approx(out["primary"]["difference"])
+    lo, hi = by_part["trained"]["interval"]
+    assert lo == pytest.approx(0.5) and hi == pytest.approx(0.5)  # both trained problems moved by 2 of 4
+    assert out["single_minus_start_at_1_turns"]["all"]["difference"] == pytest.approx(0.125)
+    assert out["multi_minus_start_at_3_turns"]["heldout"]["difference"] == pytest.approx(0.25)
+    assert set(compare._comparisons(result, None, 0)["multi_minus_single_at_3_turns"]) == {"all"}
