@@ -154,9 +154,13 @@ def _trainer(args: argparse.Namespace, turns: int, train: list[dict], out: Path)
         {"use_vllm": True, "vllm_mode": "colocate", "vllm_max_model_length": 2048} if args.use_vllm else {}
     )
     per_step = args.num_generations * args.prompts_per_step
+    micro = args.micro_batch or per_step
+    if per_step % micro:
+        raise SystemExit(f"--micro_batch {micro} must divide the {per_step} completions of a step")
     config = GRPOConfig(
         output_dir=str(out),
-        per_device_train_batch_size=per_step,
+        per_device_train_batch_size=micro,  # one optimizer step still takes all `per_step` completions
+        gradient_accumulation_steps=per_step // micro,
         num_generations=args.num_generations,
         max_completion_length=args.max_completion_length,
         max_tool_calling_iterations=turns,
@@ -312,6 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num_generations", type=int, default=4)
     parser.add_argument("--prompts_per_step", type=int, default=1)
     parser.add_argument("--max_completion_length", type=int, default=384)
+    parser.add_argument(
+        "--micro_batch",
+        type=int,
+        help="completions per forward-backward pass (default: all of a step's), for memory; a step takes them all",
+    )
     parser.add_argument("--learning_rate", type=float, default=1e-5)
     parser.add_argument(
         "--dataset",

@@ -60,10 +60,11 @@ def test_the_comparison_runs_rlefs_answer_loop(tmp_path: Path, tiny_model_dir: P
     out = tmp_path / "answer"
     small = ["--model", str(tiny_model_dir), "--submit", "answer", "--out", str(out), "--n_train", "4"]
     small += ["--n_eval", "2", "--eval_n", "1", "--num_generations", "2", "--max_completion_length", "16"]
-    small += ["--budget_tokens", "100000", "--max_steps", "1", "--threads", "1"]
+    small += ["--budget_tokens", "100000", "--max_steps", "1", "--threads", "1", "--micro_batch", "1"]
     assert compare.main(small) == 0
     result = json.loads((out / "result.json").read_text())
     for arm in ("single", "multi"):
+        assert result[arm]["steps"] == 1  # one optimizer step over both completions, one per pass
         logged = result[arm]["log_history"][0]
         assert logged["repair/submissions_mean"] >= 1.0  # every answer is an attempt, no tool call needed
         assert "tools/call_frequency" not in logged
