@@ -266,12 +266,25 @@ def _comparisons(result: dict[str, Any], n_trained: int | None, seed: int) -> di
     return out
 
 
+def _write(path: Path, record: dict[str, Any]) -> None:
+    """Writes an evaluation's or a phase's record; an evaluation whose every problem's samples are copies of one
+    sample is written beside it as `*.copies.json` and stops the run: at temperature > 0 that is shared sampling,
+    not n draws, and its per-sample figures would be one draw counted n times."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if record.get("distinct_rollouts_share") == 0.0 and record["num_problems"] > 1:
+        void = path.with_name(f"{path.stem}.copies.json")
+        void.write_text(json.dumps(record, indent=2, default=str) + "\n")
+        raise SystemExit(
+            f"{path.stem}: every problem's {record['settings']['n_samples']} samples are copies of one sample "
+            f"(shared sampling, not independent draws); the record is void, kept as {void}"
+        )
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+
+
 def _phase(path: Path, run: Any) -> None:
     """Runs one phase and writes its record to `path` (a phase whose file exists is not run again)."""
     print(f"{path.parent.name}/{path.stem}: running", flush=True)
-    record = run()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    _write(path, run())
 
 
 def _train(args: argparse.Namespace, turns: int, train: list[dict], out: Path) -> dict[str, Any]:
@@ -382,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.signal_check:
         record = _signal_check(args, scored)
         record["dropped"] = result["dropped"]
-        (out / "signal_check.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+        _write(out / "signal_check.json", record)
         print("signal check:", json.dumps(record["rule"]), flush=True)
         return 0
     check = out / "signal_check.json"

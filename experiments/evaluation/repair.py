@@ -190,6 +190,13 @@ def repair_trainer(
     return trainer, reward
 
 
+def _distinct_share(problems: Sequence[Mapping[str, Any]]) -> float:
+    """Over problems with more than one sample: the share of extra samples that differ from the problem's others
+    ((distinct - 1) / (n - 1), averaged); 1.0 when every sample differs, 0.0 when each problem's are copies."""
+    shares = [(p["distinct_rollouts"] - 1) / (p["n"] - 1) for p in problems if p["n"] > 1]
+    return float(np.mean(shares)) if shares else float("nan")
+
+
 def evaluate_repair(
     model: Any,
     tokenizer: Any,
@@ -212,10 +219,13 @@ def evaluate_repair(
 
     `batch_size` counts problems per generation batch (a progress bar counts the batches unless `progress` is
     False); `options` are `RepairOptions` fields (`visible`, `feedback`, `submit`, `timeout`, ...). Returns a
-    JSON-ready dict: `metrics` (`final_pass@1`, `first_pass@1`, `repair_rate`, each `{"value", "ci"}`), `cut_by_cap` (rollouts), `tokens_generated` (the model's own), `sandbox_runs` (visible tests),
-    `submissions_mean`, `problems` (per problem: n, first and final passes) and the settings. `use_vllm`: TRL's
-    colocated vLLM engine generates (`repair_trainer`); the engine and its torch.distributed setup are not torn
-    down when the call returns, so run one such evaluation per process, as benchmarks/repair_compare.py does."""
+    JSON-ready dict: `metrics` (`final_pass@1`, `first_pass@1`, `repair_rate`, each `{"value", "ci"}`),
+    `cut_by_cap` (rollouts), `tokens_generated` (the model's own), `sandbox_runs` (visible tests),
+    `submissions_mean`, `problems` (per problem: n, first and final passes, `distinct_rollouts`: how many of its
+    samples differ token for token), `distinct_rollouts_share` (0.0 when every problem's samples are copies) and
+    the settings. `use_vllm`: TRL's colocated vLLM engine generates (`repair_trainer`); the engine and its
+    torch.distributed setup are not torn down when the call returns, so run one such evaluation per process, as
+    benchmarks/repair_compare.py does."""
     rows = [dict(r) for r in dataset]
     if not rows:
         raise ValueError("the evaluation dataset is empty")
@@ -237,6 +247,7 @@ def evaluate_repair(
     )
     prompts = list(trainer.train_dataset)
     records: list[Any] = []
+    rollouts: list[tuple[int, ...]] = []  # each rollout's tokens, the feedback's too: to count copies
     tokens, cut = 0.0, 0.0
     was_training = model.training
     model.eval()
@@ -252,8 +263,10 @@ def evaluate_repair(
             desc = f"repair eval, {turns} turn{'s' * (turns > 1)}, batches of {batch_size} problems"
             for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
                 inputs = [row for row in prompts[start : start + batch_size] for _ in range(n_samples)]
-                trainer._generate_and_score_completions(inputs)
+                output = trainer._generate_and_score_completions(inputs)
                 records += reward.last_records
+                for ids, mask in zip(output["completion_ids"].tolist(), output["completion_mask"].tolist()):
+                    rollouts.append(tuple(t for t, m in zip(ids, mask) if m))
                 tokens += trainer._metrics["eval"]["completions/mean_length"][-1] * len(inputs)
                 # TRL's share of rollouts whose last token is not EOS: here, cut by the cap (no stop strings)
                 cut += trainer._metrics["eval"]["completions/clipped_ratio"][-1] * len(inputs)
@@ -262,8 +275,11 @@ def evaluate_repair(
     seconds = time.perf_counter() - t0
 
     by_task: dict[str, list[Any]] = {}
+    distinct: dict[str, set[tuple[int, ...]]] = {}
     for i, rec in enumerate(records):
-        by_task.setdefault(prompts[i // n_samples].get("task_id") or str(i // n_samples), []).append(rec)
+        task = prompts[i // n_samples].get("task_id") or str(i // n_samples)
+        by_task.setdefault(task, []).append(rec)
+        distinct.setdefault(task, set()).add(rollouts[i])
     problems = [
         {
             "task_id": task,
@@ -271,6 +287,7 @@ def evaluate_repair(
             "first_passed": sum(r.first_passed for r in recs),
             "final_passed": sum(r.final_passed for r in recs),
             "submissions": sum(r.submissions for r in recs),
+            "distinct_rollouts": len(distinct[task]),
         }
         for task, recs in by_task.items()
     ]
@@ -302,6 +319,8 @@ def evaluate_repair(
         "cut_by_cap": int(round(cut)),  # rollouts whose last turn the cap cut (that answer got no report)
         "sandbox_runs": sum(r.sandbox_runs for r in records),
         "submissions_mean": sum(r.submissions for r in records) / len(records),
+        # Samples of one problem that are token-for-token copies: 1.0 means every problem's samples differ.
+        "distinct_rollouts_share": _distinct_share(problems),
         "generation_seconds": seconds,
         "num_problems": len(problems),
         "problems": problems,

@@ -468,9 +468,30 @@ def test_evaluate_repair_runs_answer_feedback(tiny_model_dir: Path, chatml_token
     assert _first_final_repair(result) == (0.0, 1.0, 1.0)
     assert result["submissions_mean"] == 2.0 and result["sandbox_runs"] == 4 * 2
     assert result["cut_by_cap"] == 0  # every scripted answer ends with <|im_end|>
+    # Every sample runs the same script: the record shows the copies.
+    assert [p["distinct_rollouts"] for p in result["problems"]] == [1, 1]
+    assert result["distinct_rollouts_share"] == 0.0
     # A cap shorter than the first answer: every rollout is cut, and a cut answer gets no report.
     assert capped["cut_by_cap"] == 4 and capped["submissions_mean"] == 1.0 and capped["sandbox_runs"] == 0
     assert result["settings"]["submit"] == "answer"
+
+
+def test_evaluate_repair_samples_each_rollout_of_a_problem_apart(
+    tiny_model_dir: Path, chatml_tokenizer: Any
+) -> None:
+    """n samples of one prompt are n draws, not one draw scored n times: the tiny model's near-uniform next-token
+    distribution makes two equal 16-token samples all but impossible, so equal ones would mean shared sampling."""
+    from transformers import AutoModelForCausalLM
+
+    from experiments.evaluation.repair import evaluate_repair
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    result = evaluate_repair(
+        model, chatml_tokenizer, [ROW], turns=1, n_samples=4, max_new_tokens=16, temperature=1.0, top_p=1.0,
+        batch_size=1, seed=42, visible="split:1", submit="answer", progress=False,
+    )  # fmt: skip
+    assert result["problems"][0]["distinct_rollouts"] == 4, result["problems"]
+    assert result["distinct_rollouts_share"] == 1.0
 
 
 def test_answer_feedback_misuse_is_refused_in_one_line(

@@ -153,3 +153,24 @@ def test_the_comparisons_pair_each_problem_and_split_trained_from_held_out() -> 
     assert out["single_minus_start_at_1_turns"]["all"]["difference"] == pytest.approx(0.125)
     assert out["multi_minus_start_at_3_turns"]["heldout"]["difference"] == pytest.approx(0.25)
     assert set(compare._comparisons(result, None, 0)["multi_minus_single_at_3_turns"]) == {"all"}
+
+
+def test_an_evaluation_of_copies_is_kept_aside_and_stops_the_comparison(tmp_path: Path) -> None:
+    """Every problem's samples the same text: one draw counted n times, so the record is void and the run stops;
+    samples that differ on some problem are an evaluation like any other."""
+
+    from experiments.evaluation.repair import _distinct_share
+
+    def record(distinct: list[int]) -> dict:
+        problems = [{"task_id": str(i), "n": 4, "distinct_rollouts": d} for i, d in enumerate(distinct)]
+        share = _distinct_share(problems)
+        return {"num_problems": 2, "problems": problems, "distinct_rollouts_share": share} | {
+            "settings": {"n_samples": 4}
+        }
+
+    path = tmp_path / "start" / "eval_turns_1.json"
+    with pytest.raises(SystemExit, match="copies of one sample"):
+        compare._write(path, record([1, 1]))
+    assert not path.exists() and (path.parent / "eval_turns_1.copies.json").exists()
+    compare._write(path, record([1, 3]))
+    assert json.loads(path.read_text())["distinct_rollouts_share"] == pytest.approx(1 / 3)
