@@ -54,7 +54,7 @@ def run_arm(args: argparse.Namespace) -> dict:
     )
     trainer.vllm_importance_sampling_correction = ARMS[args.arm]
     setup = time.perf_counter() - t0
-    inputs = [row for row in trainer.train_dataset for _ in range(args.samples)]
+    inputs = [dict(row) for row in trainer.train_dataset for _ in range(args.samples)]  # one per rollout
     model.eval()
     t0 = time.perf_counter()
     with torch.no_grad():

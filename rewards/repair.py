@@ -606,6 +606,12 @@ class RepairReward:
             )
         if len(environments) != len(completions):
             raise ValueError(f"{len(environments)} environments for {len(completions)} completions")
+        if len({id(env) for env in environments}) != len(environments):
+            raise ValueError(
+                f"{self.__name__}: one environment reached the reward for several rollouts, so they would all get "
+                "its verdict: give each rollout its own input dict (TRL writes a rollout_func's environments into "
+                "them; a dict repeated for a prompt's samples keeps only the last)"
+            )
         attempts = []
         for env, completion in zip(environments, completions):
             if not isinstance(env, RepairEnvironment) or env.problem is None:

@@ -262,7 +262,9 @@ def evaluate_repair(
             starts = range(0, len(prompts), batch_size)
             desc = f"repair eval, {turns} turn{'s' * (turns > 1)}, batches of {batch_size} problems"
             for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
-                inputs = [row for row in prompts[start : start + batch_size] for _ in range(n_samples)]
+                # A dict per rollout: TRL writes a rollout_func's per-rollout fields (its environments) into the
+                # input dicts, so a dict shared by a problem's samples would give all of them the last one's.
+                inputs = [dict(row) for row in prompts[start : start + batch_size] for _ in range(n_samples)]
                 output = trainer._generate_and_score_completions(inputs)
                 records += reward.last_records
                 for ids, mask in zip(output["completion_ids"].tolist(), output["completion_mask"].tolist()):

@@ -494,6 +494,43 @@ def test_evaluate_repair_samples_each_rollout_of_a_problem_apart(
     assert result["distinct_rollouts_share"] == 1.0
 
 
+def test_evaluate_repair_scores_each_sample_of_a_problem_on_its_own(
+    tiny_model_dir: Path, chatml_tokenizer: Any
+) -> None:
+    """Two of a problem's four samples pass and two fail: pass@1 is 1/2, not one sample's verdict counted four
+    times (TRL writes a rollout_func's per-rollout fields into the batch's input dicts, so a batch that repeats one
+    dict for a problem's samples would hand every sample the last one's environment)."""
+    from transformers import AutoModelForCausalLM
+
+    from experiments.evaluation import repair
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    original = repair.repair_trainer
+
+    def alternating_trainer(*args: Any, **kwargs: Any) -> Any:
+        trainer, reward = original(*args, **kwargs)
+
+        def generate(prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+            texts = [
+                WRONG_ANSWER if i < len(prompt_ids) // 2 else RIGHT_ANSWER for i in range(len(prompt_ids))
+            ]
+            return [chatml_tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts], None
+
+        trainer._generate_single_turn = generate
+        return trainer, reward
+
+    repair.repair_trainer = alternating_trainer
+    try:
+        result = repair.evaluate_repair(
+            model, chatml_tokenizer, [ROW], turns=1, n_samples=4, max_new_tokens=512, batch_size=1,
+            visible="split:1", submit="answer", progress=False,
+        )  # fmt: skip
+    finally:
+        repair.repair_trainer = original
+    assert result["problems"][0]["first_passed"] == 2 and result["problems"][0]["distinct_rollouts"] == 2
+    assert result["metrics"]["first_pass@1"]["value"] == 0.5
+
+
 def test_answer_feedback_misuse_is_refused_in_one_line(
     tmp_path: Path, tiny_model_dir: Path, chatml_tokenizer: Any
 ) -> None:

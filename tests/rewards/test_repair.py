@@ -269,3 +269,14 @@ def test_the_module_imports_no_torch() -> None:
     code = "import sys, rewards.repair\nprint(sorted(m for m in ('torch', 'trl', 'transformers') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_one_environment_for_several_rollouts_is_refused_in_one_line() -> None:
+    """Each rollout is scored from its own environment: one object passed for two rollouts would give both its
+    verdict (a batch that repeated one input dict did this in passk's evaluation), so it is refused."""
+    env = RepairEnvironment()
+    env.reset(prompt="Write add(a, b).", test="assert add(1, 2) == 3\n", entry_point="add")
+    right, wrong = "def add(a, b):\n    return a + b", "def add(a, b):\n    return a - b"
+    with pytest.raises(ValueError, match="one environment reached the reward for several rollouts") as err:
+        RepairReward().score(completions=[right, wrong], environments=[env, env])
+    assert "\n" not in str(err.value)
