@@ -174,7 +174,7 @@ def _trainer(args: argparse.Namespace, turns: int, train: list[dict], out: Path)
         seed=args.seed,
         use_cpu=True,
         bf16=False,
-        activation_checkpointing=False,
+        activation_checkpointing=args.activation_checkpointing,
         report_to="none",
         save_strategy="steps",
         save_steps=args.save_steps,
@@ -298,6 +298,7 @@ def _train(args: argparse.Namespace, turns: int, train: list[dict], out: Path) -
     return {
         "train_seconds": time.perf_counter() - t0,  # this call's; a resumed arm's earlier calls are not in it
         "resumed": resume,
+        "activation_checkpointing": trainer.args.activation_checkpointing,
         "steps": trainer.state.global_step,
         "generated_tokens": budget.tokens,
         "log_history": trainer.state.log_history,
@@ -333,6 +334,11 @@ def main(argv: list[str] | None = None) -> int:
         "--micro_batch",
         type=int,
         help="completions per forward-backward pass (default: all of a step's), for memory; a step takes them all",
+    )
+    parser.add_argument(
+        "--activation_checkpointing",
+        action="store_true",
+        help="recompute activations in the backward pass: less memory, the same gradients, a slower step",
     )
     parser.add_argument("--learning_rate", type=float, default=1e-5)
     parser.add_argument(
