@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     heldout, dropped_heldout = _splittable(heldout, args.visible)
     scored = train + heldout if args.eval_rows == "all" else heldout  # what every evaluation scores
     result: dict[str, Any] = {
-        "settings": vars(args),
+        "settings": {**vars(args), "out": Path(args.out).name},  # the folder, not this machine's path
         "dropped": {"train": dropped_train, "heldout": dropped_heldout},
     }
     if dropped_train or dropped_heldout:
