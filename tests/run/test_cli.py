@@ -81,12 +81,13 @@ def test_trls_own_flag_names_are_aliases_of_passks_keys(
 
 
 def test_check_of_the_gpu_file_works_on_any_machine_and_touches_no_device(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     """`passk train seed --method M --check` for every method on a machine that looks like a GPU machine (CUDA
     "available") but where any use of the device fails: the bf16 GPU file checks out without touching it. A plain
     parse would (GRPOConfig asks the GPU whether it supports bf16), which is what the refusing stubs prove."""
     import torch
+    from transformers.utils import import_utils
 
     from experiments.run.argv import parse_config
     from experiments.run.cli import main
@@ -99,6 +100,12 @@ def test_check_of_the_gpu_file_works_on_any_machine_and_touches_no_device(
     def refuse(*args, **kwargs):
         raise AssertionError("the device was touched")
 
+    # transformers caches its device answers: an earlier test's would hide the device use looked for here, and the
+    # stubbed answers given here must not outlive this test.
+    cached = [getattr(import_utils, n) for n in ("is_torch_cuda_available", "is_torch_bf16_gpu_available")]
+    for answer in cached:
+        answer.cache_clear()
+    request.addfinalizer(lambda: [answer.cache_clear() for answer in cached])
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for name in (
         "_lazy_init",
