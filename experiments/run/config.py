@@ -106,6 +106,11 @@ class ExperimentArgs:
             run.json's `screen` (experiments.inputs.screening). 0: no screen.
         screen_band (`list[float]`, defaults to `[0.1, 0.9]`): The pass rates kept, both ends included (with
             screen_n 4: 1 to 3 passes).
+        skip_zero_gradient_steps (`bool`, defaults to `False`): Skip an optimizer step whose gradient is exactly
+            zero (no group with reward variance, no KL term, no entropy bonus): AdamW would move the weights on its
+            momentum alone, about 0.67-0.9 of the last real step. Weights and optimizer state stay as they are;
+            `optimizer/zero_gradient_skipped` is logged per step (experiments.trainers.zero_gradient). False:
+            every step is taken, as in the seed experiment and TRL.
         vllm_dtype (`str`, defaults to `"auto"`): The dtype of a colocated vLLM engine (`use_vllm`, `vllm_mode:
             colocate`), which TRL builds from the model folder's own dtype. "auto": on vLLM's CPU backend, float32
             when the host has no AVX512-BF16 (bfloat16 decoding ran 4.7x slower there), else the folder's dtype;
@@ -202,6 +207,12 @@ class ExperimentArgs:
     screen_band: list[float] = field(
         default_factory=lambda: [0.1, 0.9],
         metadata={"help": "Screen: the pass rates kept, [low, high], both included."},
+    )
+    skip_zero_gradient_steps: bool = field(
+        default=False,
+        metadata={
+            "help": "Skip optimizer steps whose gradient is exactly zero (AdamW would step on momentum)."
+        },
     )
     vllm_dtype: str = field(
         default="auto",

@@ -597,6 +597,15 @@ def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunL
         from experiments.trainers.vllm_cpu import install_cpu_vllm_sync
 
         install_cpu_vllm_sync(trainer)
+    if (
+        exp.skip_zero_gradient_steps
+    ):  # AdamW would step on its momentum alone (experiments.trainers.zero_gradient)
+        from experiments.trainers.zero_gradient import SkipZeroGradientSteps
+
+        try:
+            trainer.add_callback(SkipZeroGradientSteps(trainer))
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     # TRL's model card, written at each checkpoint save, names the starting model as passk does (not 'None').
     from experiments.run.model_card import install_model_card
 

@@ -299,6 +299,13 @@ def validate(exp: ExperimentArgs, cfg: Any, *, world_size: int | None = None) ->
             "generates on the main process only; set it to 0 (eval_after reloads the saved model)"
         )
 
+    if exp.skip_zero_gradient_steps:
+        from experiments.trainers.zero_gradient import unsupported_setup
+
+        problem = unsupported_setup(_launcher_distribution(), getattr(cfg, "fp16", False), cfg.max_grad_norm)
+        if problem:
+            raise ConfigError(problem)
+
     # The CPU rule of this project: explicit, so that a GPU config never silently runs (slowly) on CPU.
     if getattr(cfg, "use_cpu", False):
         for key in ("bf16", "fp16", "activation_checkpointing", "gradient_checkpointing"):
@@ -404,6 +411,15 @@ def check_output_dir(exp: ExperimentArgs, cfg: Any) -> None:
             f"output_dir: {out} already holds files ({shown}); pass --overwrite to replace them, "
             "--resume true to continue that run, or another --output_dir"
         )
+
+
+def _launcher_distribution() -> str:
+    """ "DEEPSPEED" or "FSDP" under `accelerate launch` with either (read from the launcher's environment), else
+    "NO"."""
+    for kind in ("DEEPSPEED", "FSDP"):
+        if os.environ.get(f"ACCELERATE_USE_{kind}", "").lower() == "true":
+            return kind
+    return "NO"
 
 
 def sharded_weights() -> bool:

@@ -674,6 +674,7 @@ def test_the_experiment_defaults_are_the_documented_ones():
         "stop_at_code_end": True,
         "screen_n": 0,
         "screen_band": [0.1, 0.9],
+        "skip_zero_gradient_steps": False,
         "vllm_dtype": "auto",
         "reward_funcs": ["unit_test"],
         "reward_timeout": 3.0,
