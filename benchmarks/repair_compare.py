@@ -196,6 +196,10 @@ def _trainer(args: argparse.Namespace, turns: int, train: list[dict], out: Path)
         )
     # A no-op unless the engine is colocated on vLLM's CPU backend (experiments.trainers.vllm_cpu).
     install_cpu_vllm_sync(trainer)
+    if args.skip_zero_gradient_steps:
+        from experiments.trainers.zero_gradient import SkipZeroGradientSteps
+
+        trainer.add_callback(SkipZeroGradientSteps(trainer))
     return trainer, budget
 
 
@@ -299,6 +303,12 @@ def _train(args: argparse.Namespace, turns: int, train: list[dict], out: Path) -
         "train_seconds": time.perf_counter() - t0,  # this call's; a resumed arm's earlier calls are not in it
         "resumed": resume,
         "activation_checkpointing": trainer.args.activation_checkpointing,
+        # the steps the option skipped, from the log (logging_steps 1, so a resumed arm's too); None: it was off
+        "skipped_zero_gradient_steps": [
+            h["step"] for h in trainer.state.log_history if h.get("optimizer/zero_gradient_skipped") == 1.0
+        ]
+        if args.skip_zero_gradient_steps
+        else None,
         "steps": trainer.state.global_step,
         "generated_tokens": budget.tokens,
         "log_history": trainer.state.log_history,
@@ -339,6 +349,11 @@ def main(argv: list[str] | None = None) -> int:
         "--activation_checkpointing",
         action="store_true",
         help="recompute activations in the backward pass: less memory, the same gradients, a slower step",
+    )
+    parser.add_argument(
+        "--skip_zero_gradient_steps",
+        action="store_true",
+        help="skip an optimizer step whose gradient is exactly zero (experiments.trainers.zero_gradient)",
     )
     parser.add_argument("--learning_rate", type=float, default=1e-5)
     parser.add_argument(
