@@ -597,9 +597,8 @@ def _run(exp: ExperimentArgs, cfg: Any, callbacks: Sequence[Any], run_log: _RunL
         from experiments.trainers.vllm_cpu import install_cpu_vllm_sync
 
         install_cpu_vllm_sync(trainer)
-    if (
-        exp.skip_zero_gradient_steps
-    ):  # AdamW would step on its momentum alone (experiments.trainers.zero_gradient)
+    # A step without gradient: AdamW would step on its momentum alone (experiments.trainers.zero_gradient).
+    if exp.skip_zero_gradient_steps:
         from experiments.trainers.zero_gradient import SkipZeroGradientSteps
 
         try:

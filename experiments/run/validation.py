@@ -414,8 +414,7 @@ def check_output_dir(exp: ExperimentArgs, cfg: Any) -> None:
 
 
 def _launcher_distribution() -> str:
-    """ "DEEPSPEED" or "FSDP" under `accelerate launch` with either (read from the launcher's environment), else
-    "NO"."""
+    """The launcher's distribution under `accelerate launch` (read from its environment): DEEPSPEED, FSDP or NO."""
     for kind in ("DEEPSPEED", "FSDP"):
         if os.environ.get(f"ACCELERATE_USE_{kind}", "").lower() == "true":
             return kind
