@@ -65,7 +65,7 @@ def test_adamw_steps_on_momentum_after_a_real_gradient_and_the_callback_stops_it
     before = [p.detach().clone() for p in model.parameters()]
     state_before = copy.deepcopy(opt.state_dict())
 
-    drifted, drift_opt = copy.deepcopy(model), None
+    drifted = copy.deepcopy(model)
     drift_opt = torch.optim.AdamW(drifted.parameters(), lr=0.1, weight_decay=0.0)
     drift_opt.load_state_dict(copy.deepcopy(state_before))
     toy_step(drifted, drift_opt, zero)
