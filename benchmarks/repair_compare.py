@@ -293,6 +293,8 @@ def _phase(path: Path, run: Any) -> None:
 
 def _train(args: argparse.Namespace, turns: int, train: list[dict], out: Path) -> dict[str, Any]:
     """Trains one arm to its token budget, from its last checkpoint if an earlier call stopped; saves `out/final`."""
+    from experiments.trainers.zero_gradient import ZERO_GRADIENT_METRIC
+
     trainer, budget = _trainer(args, turns, train, out)
     resume = any(out.glob("checkpoint-*"))
     t0 = time.perf_counter()
@@ -305,7 +307,7 @@ def _train(args: argparse.Namespace, turns: int, train: list[dict], out: Path) -
         "activation_checkpointing": trainer.args.activation_checkpointing,
         # the steps the option skipped, from the log (logging_steps 1, so a resumed arm's too); None: it was off
         "skipped_zero_gradient_steps": [
-            h["step"] for h in trainer.state.log_history if h.get("optimizer/zero_gradient_skipped") == 1.0
+            h["step"] for h in trainer.state.log_history if h.get(ZERO_GRADIENT_METRIC) == 1.0
         ]
         if args.skip_zero_gradient_steps
         else None,

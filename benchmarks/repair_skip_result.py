@@ -22,6 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from repair_compare import _difference  # noqa: E402  (the comparison's own paired difference)
 
+from experiments.trainers.zero_gradient import ZERO_GRADIENT_METRIC  # noqa: E402
+
 N_TRAINED = 20  # the screened-35 design: the 20 trained problems are scored first, then the 15 held out
 
 
@@ -33,7 +35,7 @@ def _steps(train: dict[str, Any]) -> list[dict[str, Any]]:
         "grad_norm",
         "loss",
         "completions/mean_length",
-        "optimizer/zero_gradient_skipped",
+        ZERO_GRADIENT_METRIC,
     )
     return [{"step": h["step"], **{k: h.get(k) for k in keys}} for h in train["log_history"] if "loss" in h]
 

@@ -414,8 +414,8 @@ def check_output_dir(exp: ExperimentArgs, cfg: Any) -> None:
 
 
 def _launcher_distribution() -> str:
-    """The launcher's distribution under `accelerate launch` (read from its environment): DEEPSPEED, FSDP or NO."""
-    for kind in ("DEEPSPEED", "FSDP"):
+    """The launcher's distribution under `accelerate launch` (read from its environment): FSDP, DEEPSPEED or NO."""
+    for kind in ("FSDP", "DEEPSPEED"):
         if os.environ.get(f"ACCELERATE_USE_{kind}", "").lower() == "true":
             return kind
     return "NO"
@@ -423,11 +423,10 @@ def _launcher_distribution() -> str:
 
 def sharded_weights() -> bool:
     """True under `accelerate launch` with FSDP or DeepSpeed ZeRO-3 (read from the launcher's environment)."""
-    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":
-        return True
-    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
-        return os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "") == "3"
-    return False
+    kind = _launcher_distribution()
+    return kind == "FSDP" or (
+        kind == "DEEPSPEED" and os.environ.get("ACCELERATE_DEEPSPEED_ZERO_STAGE", "") == "3"
+    )
 
 
 def _generation_batch(cfg: Any, world_size: int) -> int:
